@@ -1,1 +1,4 @@
-//! placeholder
+//! FerroLB speaker: what to announce, layer-2 and BGP announcement, membership.
+pub mod l2;
+pub mod membership;
+pub mod planner;

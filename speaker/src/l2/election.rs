@@ -1,0 +1,251 @@
+//! Layer-2 owner election by rendezvous hashing. Pure: no I/O, no clock.
+//!
+//! Every speaker ranks the candidate nodes of an address by [`score`] and picks the highest, so
+//! all speakers that see the same eligible live nodes name the same owner without talking to each
+//! other. Each address is scored on its own: addresses shared by several Services, or the two
+//! families of a dual-stack Service, may have different owners.
+//!
+//! # Guarantees
+//! - Exactly one owner per address when at least one candidate exists, none otherwise.
+//! - Removing a node changes the owner only of the addresses that node owned; adding a node takes
+//!   addresses only to itself (the classic rendezvous property: other nodes' scores do not move).
+//! - The hash is fixed and documented ([`score`]), never `std`'s randomly keyed SipHash, so
+//!   speakers of any version and process agree.
+//!
+//! # Caveats
+//! - Agreement needs agreement on the inputs: two speakers with different views of who is live
+//!   or eligible can both claim an address until their views converge.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// FNV-1a 64-bit offset basis.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a 64-bit prime.
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// The rendezvous score of `node` for `ip`: higher wins.
+///
+/// Definition (stable across versions; changing it moves addresses during a rolling upgrade):
+/// FNV-1a 64 over the bytes `node name, 0x00, family tag (4 or 6), address octets in network
+/// order`, then the 64-bit avalanche finaliser `x ^= x >> 33; x *= 0xff51afd7ed558ccd;
+/// x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53; x ^= x >> 33`. FNV-1a alone spreads inputs that differ
+/// only in their last bytes poorly; the finaliser makes every input bit affect every output bit.
+/// The `0x00` separator keeps a node name from running into the address (names never hold NUL).
+pub fn score(node: &str, ip: IpAddr) -> u64 {
+    let mut h = FNV_OFFSET;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(FNV_PRIME);
+        }
+    };
+    eat(node.as_bytes());
+    eat(&[0]);
+    match ip {
+        IpAddr::V4(v4) => {
+            eat(&[4]);
+            eat(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            eat(&[6]);
+            eat(&v6.octets());
+        }
+    }
+    finalise(h)
+}
+
+/// 64-bit avalanche finaliser (see [`score`]).
+fn finalise(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x
+}
+
+/// Orders two candidates: higher score first, then the smaller name (a tie needs a 64-bit
+/// collision, but the order must still be total so every speaker agrees).
+fn better(a: (u64, &str), b: (u64, &str)) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+/// The owner of `ip` among `candidates` (the eligible live nodes), or `None` when there is none.
+/// Duplicate names count once.
+pub fn owner<'a, I>(ip: IpAddr, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let mut best: Option<(u64, &'a str)> = None;
+    for node in candidates {
+        let s = (score(node, ip), node);
+        if best.is_none_or(|b| better(s, b)) {
+            best = Some(s);
+        }
+    }
+    best.map(|(_, n)| n)
+}
+
+/// All `candidates` for `ip`, best first: the owner, then who takes over if it goes.
+pub fn ranking<'a, I>(ip: IpAddr, candidates: I) -> Vec<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let mut scored: Vec<(u64, &'a str)> =
+        candidates.into_iter().map(|n| (score(n, ip), n)).collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Elects an owner for every address from its candidate set. Addresses with no candidate are
+/// left out of the result (nobody announces them).
+pub fn elect(candidates: &BTreeMap<IpAddr, BTreeSet<String>>) -> BTreeMap<IpAddr, String> {
+    candidates
+        .iter()
+        .filter_map(|(ip, nodes)| {
+            owner(*ip, nodes.iter().map(String::as_str)).map(|n| (*ip, n.to_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn nodes(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("node-{i}")).collect()
+    }
+
+    fn arb_ip() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            any::<u32>().prop_map(|v| IpAddr::V4(Ipv4Addr::from(v))),
+            any::<u128>().prop_map(|v| IpAddr::V6(Ipv6Addr::from(v))),
+        ]
+    }
+
+    fn arb_nodes() -> impl Strategy<Value = BTreeSet<String>> {
+        prop::collection::btree_set("[a-z][a-z0-9-]{0,12}", 1..12)
+    }
+
+    #[test]
+    fn the_score_is_a_fixed_function_of_node_and_address() {
+        // Pinned so that a change of hash (which would move addresses during a rolling upgrade)
+        // fails here first. The value was computed by an independent Python rendering of the
+        // definition in `score`'s documentation.
+        let ip: IpAddr = "10.99.0.100".parse().unwrap();
+        assert_eq!(score("node-a", ip), score("node-a", ip));
+        assert_eq!(score("node-a", ip), PINNED_NODE_A_10_99_0_100);
+    }
+
+    const PINNED_NODE_A_10_99_0_100: u64 = 0x522d_375a_1715_7108;
+
+    #[test]
+    fn the_score_differs_between_families_of_the_same_octets() {
+        let v4 = IpAddr::V4(Ipv4Addr::new(0, 0, 0, 1));
+        let v6 = IpAddr::V6(Ipv6Addr::from(1u128));
+        assert_ne!(score("n", v4), score("n", v6));
+    }
+
+    #[test]
+    fn no_candidate_means_no_owner() {
+        let ip: IpAddr = "10.99.0.1".parse().unwrap();
+        assert_eq!(owner(ip, std::iter::empty()), None);
+    }
+
+    #[test]
+    fn owners_spread_over_nodes() {
+        // 3 nodes, 3000 addresses: each node should own roughly a third.
+        let ns = nodes(3);
+        let mut counts = BTreeMap::<&str, usize>::new();
+        for i in 0..3000u32 {
+            let ip = IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i));
+            *counts
+                .entry(owner(ip, ns.iter().map(String::as_str)).unwrap())
+                .or_default() += 1;
+        }
+        assert_eq!(counts.len(), 3);
+        for (n, c) in counts {
+            assert!((800..1200).contains(&c), "{n} owns {c} of 3000");
+        }
+    }
+
+    #[test]
+    fn shared_addresses_are_owned_per_address() {
+        // Two addresses of one Service (dual-stack or shared) are elected independently: over
+        // many pairs, some pairs get different owners.
+        let ns = nodes(3);
+        let differ = (0..100u32)
+            .filter(|i| {
+                let a = IpAddr::V4(Ipv4Addr::from(0x0a63_0100 + i));
+                let b = IpAddr::V6(Ipv6Addr::from(0xfd00_0099_u128 << 96 | u128::from(*i)));
+                owner(a, ns.iter().map(String::as_str)) != owner(b, ns.iter().map(String::as_str))
+            })
+            .count();
+        assert!(
+            differ > 30,
+            "only {differ} of 100 pairs had different owners"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn exactly_one_owner_whatever_the_candidate_order(ip in arb_ip(), set in arb_nodes(), seed in any::<u64>()) {
+            let mut v: Vec<&str> = set.iter().map(String::as_str).collect();
+            let first = owner(ip, v.iter().copied()).unwrap();
+            // A deterministic shuffle from the seed.
+            let len = v.len();
+            for i in (1..len).rev() {
+                let j = (seed.wrapping_mul(i as u64 + 7) % (i as u64 + 1)) as usize;
+                v.swap(i, j);
+            }
+            prop_assert_eq!(owner(ip, v.iter().copied()), Some(first));
+            prop_assert!(set.contains(first));
+            prop_assert_eq!(ranking(ip, v.iter().copied())[0], first);
+        }
+
+        #[test]
+        fn a_lost_node_moves_only_its_own_addresses(ips in prop::collection::vec(arb_ip(), 1..40), set in arb_nodes(), pick in any::<prop::sample::Index>()) {
+            let all: Vec<&str> = set.iter().map(String::as_str).collect();
+            let gone = all[pick.index(all.len())];
+            let rest: Vec<&str> = all.iter().copied().filter(|n| *n != gone).collect();
+            for ip in ips {
+                let before = owner(ip, all.iter().copied()).unwrap();
+                let after = owner(ip, rest.iter().copied());
+                if before == gone {
+                    // It moves to the runner-up.
+                    let next = ranking(ip, all.iter().copied()).get(1).copied();
+                    prop_assert_eq!(after, next);
+                } else {
+                    prop_assert_eq!(after, Some(before));
+                }
+            }
+        }
+
+        #[test]
+        fn a_new_node_takes_addresses_only_to_itself(ips in prop::collection::vec(arb_ip(), 1..40), set in arb_nodes()) {
+            let before: Vec<&str> = set.iter().map(String::as_str).collect();
+            let mut after = before.clone();
+            after.push("newcomer.example");
+            for ip in ips {
+                let o1 = owner(ip, before.iter().copied()).unwrap();
+                let o2 = owner(ip, after.iter().copied()).unwrap();
+                prop_assert!(o2 == o1 || o2 == "newcomer.example");
+            }
+        }
+
+        #[test]
+        fn elect_names_one_owner_per_address_with_candidates(entries in prop::collection::btree_map(arb_ip(), prop::collection::btree_set("[a-c]", 0..3), 0..20)) {
+            let elected = elect(&entries);
+            for (ip, cands) in &entries {
+                match elected.get(ip) {
+                    Some(o) => prop_assert!(cands.contains(o)),
+                    None => prop_assert!(cands.is_empty()),
+                }
+            }
+        }
+    }
+}
