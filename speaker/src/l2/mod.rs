@@ -6,3 +6,4 @@
 //! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address.
 //! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building.
 pub mod election;
+pub mod schedule;

@@ -1,0 +1,95 @@
+//! When to send gratuitous ARP / unsolicited Neighbor Advertisements after taking an address.
+//! Pure: no I/O, no clock (the caller passes the times).
+//!
+//! A node that takes an address announces it at once, so that neighbours update their caches
+//! without waiting for their entries to expire, then repeats the announcement a few times because
+//! a single broadcast can be lost, and a switch or host that was busy re-learning may miss the
+//! first one. RFC 4861 §7.2.6 allows up to `MAX_NEIGHBOR_ADVERTISEMENT` (3) unsolicited NAs
+//! spaced by `RETRANS_TIMER`; RFC 5227 §3 uses two announcements two seconds apart. We send
+//! five, front-loaded so that the first repeats cover a quickly lost first frame:
+//!
+//! | send | offset after taking the address |
+//! | ---- | ------------------------------- |
+//! | 1    | 0 s                             |
+//! | 2    | 0.5 s                           |
+//! | 3    | 1 s                             |
+//! | 4    | 2 s                             |
+//! | 5    | 4 s                             |
+//!
+//! Each send is one gratuitous ARP request and one gratuitous ARP reply (IPv4; some hosts only
+//! update their cache from one of the two forms), or one unsolicited NA with the override flag
+//! (IPv6).
+
+use std::time::{Duration, Instant};
+
+/// Offsets, from the moment ownership was taken, at which announcements are due.
+pub const ANNOUNCE_OFFSETS: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// How many announcements are due by `now` for an address taken at `taken_at` (0 to 5). A
+/// caller that has already sent `sent` of them sends `due(...) - sent` more (several at once
+/// only if it fell behind; sending the missed ones late is harmless).
+///
+/// `now` before `taken_at` (a clock read out of order) counts as `taken_at`.
+pub fn due(taken_at: Instant, now: Instant) -> usize {
+    let elapsed = now.saturating_duration_since(taken_at);
+    ANNOUNCE_OFFSETS.iter().filter(|o| **o <= elapsed).count()
+}
+
+/// When the announcement after the first `sent` ones is due, or `None` when the schedule is done.
+pub fn next_at(taken_at: Instant, sent: usize) -> Option<Instant> {
+    ANNOUNCE_OFFSETS.get(sent).map(|o| taken_at + *o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_announcement_is_due_the_moment_ownership_is_taken() {
+        let t = Instant::now();
+        assert_eq!(due(t, t), 1);
+        assert_eq!(next_at(t, 0), Some(t));
+    }
+
+    #[test]
+    fn announcements_repeat_at_half_one_two_and_four_seconds() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        assert_eq!(due(t, ms(499)), 1);
+        assert_eq!(due(t, ms(500)), 2);
+        assert_eq!(due(t, ms(999)), 2);
+        assert_eq!(due(t, ms(1000)), 3);
+        assert_eq!(due(t, ms(1999)), 3);
+        assert_eq!(due(t, ms(2000)), 4);
+        assert_eq!(due(t, ms(3999)), 4);
+        assert_eq!(due(t, ms(4000)), 5);
+    }
+
+    #[test]
+    fn the_schedule_ends_after_five_announcements() {
+        let t = Instant::now();
+        assert_eq!(due(t, t + Duration::from_secs(3600)), 5);
+        assert_eq!(next_at(t, 4), Some(t + Duration::from_secs(4)));
+        assert_eq!(next_at(t, 5), None);
+    }
+
+    #[test]
+    fn a_clock_read_before_the_take_counts_as_the_take() {
+        let t = Instant::now() + Duration::from_secs(10);
+        assert_eq!(due(t, t - Duration::from_secs(5)), 1);
+    }
+
+    #[test]
+    fn a_caller_that_fell_behind_catches_up_in_one_step() {
+        let t = Instant::now();
+        let sent = 1;
+        assert_eq!(due(t, t + Duration::from_millis(2500)) - sent, 3);
+        assert_eq!(next_at(t, 4), Some(t + Duration::from_secs(4)));
+    }
+}
