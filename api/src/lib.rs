@@ -1,4 +1,15 @@
 //! FerroLB's API: the `ferrolb.io/v1beta1` custom resources, the well-known annotation and label
 //! names, and configuration validation as pure functions.
+//!
+//! # Layout
+//! - [`v1beta1`]: the custom resources (kube `CustomResource` + schemars, with CEL rules).
+//! - [`names`]: annotations, labels, field managers and finalizers.
+//! - [`selector`]: label selector matching with Kubernetes semantics.
+//! - [`validate`]: rules that span objects (overlapping pools, dangling references).
+//! - [`crd`]: the CRD YAML that `crdgen` writes into the Helm chart.
 
+pub mod crd;
+pub mod names;
 pub mod selector;
+pub mod v1beta1;
+pub mod validate;

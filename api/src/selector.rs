@@ -77,7 +77,10 @@ mod tests {
             match_labels: Some(labels(&[("a", "1"), ("b", "2")])),
             ..Default::default()
         };
-        assert!(matches(&sel, &labels(&[("a", "1"), ("b", "2"), ("c", "3")])));
+        assert!(matches(
+            &sel,
+            &labels(&[("a", "1"), ("b", "2"), ("c", "3")])
+        ));
         assert!(!matches(&sel, &labels(&[("a", "1")])));
         assert!(!matches(&sel, &labels(&[("a", "1"), ("b", "3")])));
     }
@@ -85,21 +88,36 @@ mod tests {
     #[test]
     fn not_in_and_does_not_exist_match_objects_without_the_key() {
         assert!(matches(&expr("zone", "NotIn", &["a"]), &labels(&[])));
-        assert!(!matches(&expr("zone", "NotIn", &["a"]), &labels(&[("zone", "a")])));
+        assert!(!matches(
+            &expr("zone", "NotIn", &["a"]),
+            &labels(&[("zone", "a")])
+        ));
         assert!(matches(&expr("zone", "DoesNotExist", &[]), &labels(&[])));
-        assert!(!matches(&expr("zone", "DoesNotExist", &[]), &labels(&[("zone", "a")])));
+        assert!(!matches(
+            &expr("zone", "DoesNotExist", &[]),
+            &labels(&[("zone", "a")])
+        ));
     }
 
     #[test]
     fn in_and_exists_need_the_key() {
         assert!(!matches(&expr("zone", "In", &["a"]), &labels(&[])));
-        assert!(matches(&expr("zone", "In", &["a", "b"]), &labels(&[("zone", "b")])));
-        assert!(matches(&expr("zone", "Exists", &[]), &labels(&[("zone", "")])));
+        assert!(matches(
+            &expr("zone", "In", &["a", "b"]),
+            &labels(&[("zone", "b")])
+        ));
+        assert!(matches(
+            &expr("zone", "Exists", &[]),
+            &labels(&[("zone", "")])
+        ));
     }
 
     #[test]
     fn an_unknown_operator_matches_nothing() {
-        assert!(!matches(&expr("zone", "Near", &["a"]), &labels(&[("zone", "a")])));
+        assert!(!matches(
+            &expr("zone", "Near", &["a"]),
+            &labels(&[("zone", "a")])
+        ));
     }
 
     #[test]
