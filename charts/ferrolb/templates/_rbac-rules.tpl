@@ -1,0 +1,69 @@
+{{/*
+Every permission FerroLB's binaries get, in one place. Each rule here is an API call the binary
+makes; tests/tests/chart.rs holds the same list as the table the rendered Roles are compared with,
+and the API calls recorded from the binaries are to be compared with that table.
+
+  controller: assigns addresses (Services and their status), reads pools and advertisements, writes
+              their status, takes the leader Lease, records Events.
+  speaker:    reads what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds), finds
+              the other speakers (Pods) and the gossip and BGP password Secrets in its namespace,
+              writes ServiceL2Status / ServiceBGPStatus, records Events.
+*/}}
+
+{{/* Controller, cluster-wide (ClusterRole). */}}
+{{- define "ferrolb.rules.controller.cluster" -}}
+- apiGroups: [""]
+  resources: [services, namespaces]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [services/status]
+  verbs: [patch, update]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* Controller, in the install namespace (Role). */}}
+{{- define "ferrolb.rules.controller.namespace" -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+- apiGroups: [ferrolb.io]
+  resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities]
+  verbs: [get, list, watch]
+- apiGroups: [ferrolb.io]
+  resources: [ipaddresspools/status]
+  verbs: [patch, update]
+- apiGroups: [ferrolb.io]
+  resources: [l2advertisements/status, bgpadvertisements/status, bgppeers/status, communities/status]
+  verbs: [patch]
+{{- end -}}
+
+{{/* Speaker, cluster-wide (ClusterRole). */}}
+{{- define "ferrolb.rules.speaker.cluster" -}}
+- apiGroups: [""]
+  resources: [services, nodes]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* Speaker, in the install namespace (Role). */}}
+{{- define "ferrolb.rules.speaker.namespace" -}}
+- apiGroups: [""]
+  resources: [pods, secrets]
+  verbs: [get, list, watch]
+- apiGroups: [ferrolb.io]
+  resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities]
+  verbs: [get, list, watch]
+- apiGroups: [ferrolb.io]
+  resources: [servicel2statuses, servicebgpstatuses]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [ferrolb.io]
+  resources: [servicel2statuses/status, servicebgpstatuses/status]
+  verbs: [patch]
+{{- end -}}
