@@ -6,4 +6,5 @@
 //! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address.
 //! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building.
 pub mod election;
+pub mod frame;
 pub mod schedule;
