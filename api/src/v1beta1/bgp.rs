@@ -8,6 +8,33 @@ use serde::{Deserialize, Serialize};
 use super::ConfigStatus;
 use super::community::{COMMUNITY_PATTERN, COMMUNITY_RANGE_RULE};
 
+/// The duration syntax accepted for timers (`90s`, `1m30s`, `500ms`), as a CEL regex literal.
+macro_rules! duration_re {
+    () => {
+        "^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$"
+    };
+}
+
+/// `holdTime` is 0 (no keepalives) or at least 3 s (RFC 4271 §4.2). Ill-formed durations are
+/// left to the field's own rule so the user sees one clear message.
+const HOLD_TIME_RULE: &str = concat!(
+    "!self.holdTime.matches('",
+    duration_re!(),
+    "')",
+    " || duration(self.holdTime) == duration('0s') || duration(self.holdTime) >= duration('3s')"
+);
+
+/// `keepaliveTime` is not above `holdTime` (which defaults to 90s).
+const KEEPALIVE_RULE: &str = concat!(
+    "!has(self.keepaliveTime) || !self.keepaliveTime.matches('",
+    duration_re!(),
+    "')",
+    " || !self.holdTime.matches('",
+    duration_re!(),
+    "')",
+    " || duration(self.keepaliveTime) <= duration(self.holdTime)"
+);
+
 /// Announces the addresses of the selected pools to BGP peers.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -118,13 +145,13 @@ pub struct SecretRef {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("duration(self.holdTime) == duration('0s') || duration(self.holdTime) >= duration('3s')")
+#[x_kube(validation = Rule::new(HOLD_TIME_RULE)
     .message("holdTime must be 0s (no keepalives) or at least 3s (RFC 4271 §4.2)").field_path(".holdTime"))]
-#[x_kube(validation = Rule::new("!has(self.keepaliveTime) || duration(self.keepaliveTime) <= duration(self.holdTime)")
+#[x_kube(validation = Rule::new(KEEPALIVE_RULE)
     .message("keepaliveTime must not be above holdTime").field_path(".keepaliveTime"))]
 #[x_kube(validation = Rule::new("!(has(self.password) && has(self.passwordSecret))")
     .message("set password or passwordSecret, not both").field_path(".passwordSecret"))]
-#[x_kube(validation = Rule::new("!has(self.sourceAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()")
+#[x_kube(validation = Rule::new("!has(self.sourceAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()")
     .message("sourceAddress and peerAddress must be of the same IP family").field_path(".sourceAddress"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPPeerSpec {
@@ -153,15 +180,15 @@ pub struct BGPPeerSpec {
     pub router_id: Option<String>,
     /// Proposed hold time (`90s`); the session uses the smaller of ours and the peer's.
     #[serde(default = "default_hold_time")]
-    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')").message("holdTime is a duration such as 90s or 3m"))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", duration_re!(), "')")).message("holdTime is a duration such as 90s or 3m"))]
     pub hold_time: String,
     /// Keepalive interval (a third of the negotiated hold time when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')").message("keepaliveTime is a duration such as 30s"))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", duration_re!(), "')")).message("keepaliveTime is a duration such as 30s"))]
     pub keepalive_time: Option<String>,
     /// Initial wait between connection attempts (back-off grows from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$') && duration(self) >= duration('1s')").message("connectTime is a duration of at least 1s"))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", duration_re!(), "') && duration(self) >= duration('1s')")).message("connectTime is a duration of at least 1s"))]
     pub connect_time: Option<String>,
     /// Allow the router to be more than one hop away (TTL 255 instead of 1 for eBGP).
     #[serde(default, rename = "ebgpMultiHop")]
