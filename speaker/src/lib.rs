@@ -1,4 +1,5 @@
 //! FerroLB speaker: what to announce, layer-2 and BGP announcement, membership.
+pub mod bgp;
 pub mod l2;
 pub mod membership;
 pub mod planner;

@@ -1,0 +1,278 @@
+//! Plain data describing peers and what to announce to them. Pure: no I/O, no clock.
+//!
+//! The Kubernetes-facing code converts `BGPPeer` / `BGPAdvertisement` objects into these types; the
+//! BGP module never sees a CRD.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Names a peer session on this node (the `BGPPeer` object's name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PeerId(pub String);
+
+impl fmt::Display for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One BGP neighbour, as this node should talk to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerConfig {
+    /// The session's name (stable across configuration changes).
+    pub id: PeerId,
+    /// Our AS number.
+    pub my_asn: u32,
+    /// The AS number the peer must announce in its OPEN.
+    pub peer_asn: u32,
+    /// Where we connect to.
+    pub peer_address: IpAddr,
+    /// TCP port of the peer (179 by default).
+    pub peer_port: u16,
+    /// Local address to bind before connecting; the kernel chooses when absent.
+    pub source_address: Option<IpAddr>,
+    /// Our BGP identifier. When absent the IPv4 source address of the session is used.
+    pub router_id: Option<Ipv4Addr>,
+    /// Hold time we propose (RFC 4271 §4.2); 0 disables keepalives and the hold timer.
+    pub hold_time: Duration,
+    /// Keepalive interval; a third of the negotiated hold time when absent.
+    pub keepalive_time: Option<Duration>,
+    /// First delay between connection attempts; doubled after each failure up to
+    /// [`MAX_CONNECT_RETRY`].
+    pub connect_retry: Duration,
+    /// eBGP peer more than one hop away: TTL 255 instead of 1.
+    pub ebgp_multihop: bool,
+    /// TCP-MD5 (RFC 2385) key, when the session is protected.
+    pub password: Option<String>,
+    /// Advertise the graceful restart capability (RFC 4724) so routers keep our routes while the
+    /// speaker restarts.
+    pub graceful_restart: bool,
+    /// Next hop for IPv4 routes when the session runs over IPv6 (IPv4 sessions use their local
+    /// address).
+    pub next_hop_v4: Option<Ipv4Addr>,
+    /// Next hop for IPv6 routes when the session runs over IPv4 (IPv6 sessions use their local
+    /// address).
+    pub next_hop_v6: Option<Ipv6Addr>,
+}
+
+/// Upper bound of the exponential connect back-off.
+pub const MAX_CONNECT_RETRY: Duration = Duration::from_secs(120);
+
+/// How long routers keep our routes after the session drops when graceful restart is on.
+pub const GRACEFUL_RESTART_TIME: Duration = Duration::from_secs(120);
+
+impl PeerConfig {
+    /// A peer with the defaults of the `BGPPeer` API: port 179, hold time 90 s, no password.
+    pub fn new(id: &str, my_asn: u32, peer_asn: u32, peer_address: IpAddr) -> Self {
+        PeerConfig {
+            id: PeerId(id.to_owned()),
+            my_asn,
+            peer_asn,
+            peer_address,
+            peer_port: 179,
+            source_address: None,
+            router_id: None,
+            hold_time: Duration::from_secs(90),
+            keepalive_time: None,
+            connect_retry: Duration::from_secs(2),
+            ebgp_multihop: false,
+            password: None,
+            graceful_restart: false,
+            next_hop_v4: None,
+            next_hop_v6: None,
+        }
+    }
+
+    /// Whether the peer is in our AS.
+    pub fn is_ibgp(&self) -> bool {
+        self.my_asn == self.peer_asn
+    }
+
+    /// The IP TTL of the session: 255 for iBGP and multi-hop eBGP, 1 for directly connected eBGP.
+    pub fn ttl(&self) -> u8 {
+        if self.is_ibgp() || self.ebgp_multihop {
+            255
+        } else {
+            1
+        }
+    }
+}
+
+/// A standard community (RFC 1997), `high:low`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Community(pub u32);
+
+/// A large community (RFC 8092), `global:local1:local2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LargeCommunity {
+    /// Global administrator (usually an AS number).
+    pub global: u32,
+    /// First local data part.
+    pub local1: u32,
+    /// Second local data part.
+    pub local2: u32,
+}
+
+/// A community value from configuration: `65000:1`, a well-known name (`no-export`), or
+/// `large:1:2:3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AnyCommunity {
+    /// RFC 1997.
+    Standard(Community),
+    /// RFC 8092.
+    Large(LargeCommunity),
+}
+
+/// Why a community string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "community `{0}` is not `high:low` (two 16-bit numbers), `large:a:b:c` (three 32-bit numbers) or a well-known name such as `no-export`"
+)]
+pub struct CommunityParseError(pub String);
+
+impl FromStr for AnyCommunity {
+    type Err = CommunityParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || CommunityParseError(s.to_owned());
+        let well_known = match s.to_ascii_lowercase().as_str() {
+            "no-export" => Some(0xFFFF_FF01),
+            "no-advertise" => Some(0xFFFF_FF02),
+            "no-export-subconfed" => Some(0xFFFF_FF03),
+            "no-peer" => Some(0xFFFF_FF04),
+            "blackhole" => Some(0xFFFF_029A),
+            "graceful-shutdown" => Some(0xFFFF_0000),
+            _ => None,
+        };
+        if let Some(v) = well_known {
+            return Ok(AnyCommunity::Standard(Community(v)));
+        }
+        if let Some(rest) = s.strip_prefix("large:") {
+            let parts: Vec<&str> = rest.split(':').collect();
+            let [a, b, c] = parts.as_slice() else {
+                return Err(err());
+            };
+            let n = |p: &str| p.parse::<u32>().map_err(|_| err());
+            return Ok(AnyCommunity::Large(LargeCommunity {
+                global: n(a)?,
+                local1: n(b)?,
+                local2: n(c)?,
+            }));
+        }
+        let (hi, lo) = s.split_once(':').ok_or_else(err)?;
+        let hi: u16 = hi.parse().map_err(|_| err())?;
+        let lo: u16 = lo.parse().map_err(|_| err())?;
+        Ok(AnyCommunity::Standard(Community(
+            (u32::from(hi) << 16) | u32::from(lo),
+        )))
+    }
+}
+
+/// One prefix to announce to a peer, with its route attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advertisement {
+    /// The announced prefix (already aggregated to `aggregationLength` by the caller).
+    pub prefix: IpNet,
+    /// Attributes that vary per advertisement.
+    pub attrs: RouteAttrs,
+}
+
+impl Advertisement {
+    /// A prefix with no local preference and no communities.
+    pub fn new(prefix: IpNet) -> Self {
+        Advertisement {
+            prefix,
+            attrs: RouteAttrs::default(),
+        }
+    }
+}
+
+/// Route attributes chosen by configuration; the session adds ORIGIN, AS_PATH and the next hop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RouteAttrs {
+    /// LOCAL_PREF, sent to iBGP peers only (100 when absent).
+    pub local_pref: Option<u32>,
+    /// COMMUNITIES.
+    pub communities: BTreeSet<Community>,
+    /// LARGE_COMMUNITIES.
+    pub large_communities: BTreeSet<LargeCommunity>,
+}
+
+impl RouteAttrs {
+    /// Folds another advertisement of the same prefix into this one: communities are united and
+    /// the highest local preference wins, so the result does not depend on input order.
+    pub fn merge(&mut self, other: &RouteAttrs) {
+        self.local_pref = match (self.local_pref, other.local_pref) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.communities.extend(other.communities.iter().copied());
+        self.large_communities
+            .extend(other.large_communities.iter().copied());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn community_strings_parse_to_wire_values() {
+        assert_eq!(
+            "65000:1".parse::<AnyCommunity>().unwrap(),
+            AnyCommunity::Standard(Community(0xFDE8_0001))
+        );
+        assert_eq!(
+            "no-export".parse::<AnyCommunity>().unwrap(),
+            AnyCommunity::Standard(Community(0xFFFF_FF01))
+        );
+        assert_eq!(
+            "large:4200000000:1:2".parse::<AnyCommunity>().unwrap(),
+            AnyCommunity::Large(LargeCommunity {
+                global: 4_200_000_000,
+                local1: 1,
+                local2: 2
+            })
+        );
+    }
+
+    #[test]
+    fn community_strings_out_of_range_are_refused() {
+        for bad in ["70000:1", "1:2:3", "large:1:2", "x", ""] {
+            assert!(bad.parse::<AnyCommunity>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn merging_attributes_unites_communities_and_keeps_the_highest_local_pref() {
+        let mut a = RouteAttrs {
+            local_pref: Some(100),
+            communities: [Community(1)].into(),
+            ..Default::default()
+        };
+        let b = RouteAttrs {
+            local_pref: Some(200),
+            communities: [Community(2)].into(),
+            ..Default::default()
+        };
+        a.merge(&b);
+        assert_eq!(a.local_pref, Some(200));
+        assert_eq!(a.communities, [Community(1), Community(2)].into());
+    }
+
+    #[test]
+    fn single_hop_ebgp_uses_ttl_one_and_multihop_or_ibgp_use_255() {
+        let mut p = PeerConfig::new("r", 64512, 64513, "10.99.0.2".parse().unwrap());
+        assert_eq!(p.ttl(), 1);
+        p.ebgp_multihop = true;
+        assert_eq!(p.ttl(), 255);
+        let i = PeerConfig::new("r", 64512, 64512, "10.99.0.2".parse().unwrap());
+        assert_eq!(i.ttl(), 255);
+    }
+}

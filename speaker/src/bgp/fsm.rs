@@ -1,0 +1,697 @@
+//! The BGP session state machine (RFC 4271 §8) for an announce-only speaker that opens the
+//! connection itself. Pure: no I/O, no clock.
+//!
+//! The shell feeds [`Input`]s with the current time; the session answers with [`Output`]s: bytes
+//! to write, a connection to open or close, timers to arm or cancel, and events to observe.
+//!
+//! Deviations from the RFC, on purpose:
+//! - We never accept connections (passive TCP establishment off), so there is no collision
+//!   detection; Active is the state "waiting to retry after a failed connect".
+//! - Automatic restart with damping (§8.1.1): after any session failure the ConnectRetry timer
+//!   runs in Idle with an exponential back-off, reset once a session reaches Established.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+
+use super::config::{Advertisement, GRACEFUL_RESTART_TIME, MAX_CONNECT_RETRY, PeerConfig};
+use super::error::{CeaseReason, FsmErrorState, Notification, SessionError};
+use super::open::{AS_TRANS, Capability, Open};
+use super::rib::{Routes, desired_routes, diff, group_family};
+use super::update::{
+    EncodeError, EncodeParams, encode_announcements, encode_end_of_rib, encode_withdrawals,
+};
+use super::wire::{
+    DecodeContext, Family, Message, decode_message, encode_keepalive, encode_notification,
+};
+
+/// Hold timer while waiting for the peer's OPEN (RFC 4271 §8.2.2 suggests 4 minutes).
+pub const OPEN_HOLD_TIME: Duration = Duration::from_secs(240);
+/// How long one TCP connection attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Session states (RFC 4271 §8.2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum State {
+    /// Not running, or waiting for the back-off before reconnecting.
+    Idle,
+    /// A TCP connection attempt is under way.
+    Connect,
+    /// The last attempt failed; waiting to retry.
+    Active,
+    /// Our OPEN is sent; waiting for the peer's.
+    OpenSent,
+    /// OPENs exchanged; waiting for the peer's KEEPALIVE.
+    OpenConfirm,
+    /// Routes flow.
+    Established,
+}
+
+/// The session's timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// Bounds a connect attempt, and paces reconnects.
+    ConnectRetry,
+    /// Ends the session when the peer stays silent.
+    Hold,
+    /// Paces our KEEPALIVEs.
+    Keepalive,
+}
+
+impl Timer {
+    const ALL: [Timer; 3] = [Timer::ConnectRetry, Timer::Hold, Timer::Keepalive];
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What happens to a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Start connecting (ManualStart).
+    Start,
+    /// End the session with a Cease and stay down (ManualStop).
+    Stop(CeaseReason),
+    /// The TCP connection is up.
+    Connected {
+        /// Our end.
+        local: SocketAddr,
+        /// The peer's end.
+        remote: SocketAddr,
+    },
+    /// The TCP connection attempt failed.
+    ConnectFailed,
+    /// The peer closed the connection, or it broke.
+    Closed,
+    /// Bytes read from the connection.
+    Received(Vec<u8>),
+    /// A timer armed by [`Output::SetTimer`] fired.
+    TimerExpired(Timer),
+    /// The complete set of routes this peer should have.
+    SetAdvertisements(Vec<Advertisement>),
+}
+
+/// What the shell must do, or may observe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Open a TCP connection to the peer and report [`Input::Connected`] or
+    /// [`Input::ConnectFailed`].
+    Connect,
+    /// Write these bytes (one or more whole messages) to the connection.
+    Send(Vec<u8>),
+    /// Close the connection, or abandon the attempt under way.
+    Disconnect,
+    /// Arm (or re-arm) a timer.
+    SetTimer(Timer, Instant),
+    /// Cancel a timer.
+    CancelTimer(Timer),
+    /// Something worth a log line, a metric or an Event.
+    Event(Event),
+}
+
+/// Observable facts about the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The state changed.
+    StateChanged {
+        /// Old state.
+        from: State,
+        /// New state.
+        to: State,
+    },
+    /// We sent a NOTIFICATION because of this error.
+    NotificationSent(SessionError),
+    /// The peer sent us a NOTIFICATION.
+    NotificationReceived(Notification),
+    /// UPDATEs went out.
+    UpdatesSent {
+        /// Messages written.
+        messages: usize,
+        /// Prefixes announced in them.
+        announced: usize,
+        /// Prefixes withdrawn in them.
+        withdrawn: usize,
+    },
+    /// Prefixes that could not be announced, and why.
+    NotAnnounced {
+        /// The prefixes.
+        prefixes: Vec<IpNet>,
+        /// Why.
+        reason: NotAnnounced,
+    },
+}
+
+/// Why a desired prefix is not announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotAnnounced {
+    /// The peer did not negotiate the prefix's address family.
+    FamilyNotNegotiated,
+    /// See [`EncodeError`].
+    Encode(EncodeError),
+}
+
+/// Values agreed with the peer at OPEN time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Hold time in effect; zero means no hold timer and no keepalives.
+    pub hold_time: Duration,
+    /// Our keepalive interval (zero when the hold time is zero).
+    pub keepalive: Duration,
+    /// Families both sides announced.
+    pub families: Vec<Family>,
+    /// Both sides speak 4-octet AS numbers.
+    pub four_octet_as: bool,
+    /// Both sides announced graceful restart.
+    pub graceful_restart: bool,
+    /// The peer's BGP identifier.
+    pub peer_id: Ipv4Addr,
+}
+
+/// One BGP session.
+#[derive(Debug)]
+pub struct Session {
+    config: PeerConfig,
+    state: State,
+    stopped: bool,
+    failures: u32,
+    deadlines: [Option<Instant>; 3],
+    rx: Vec<u8>,
+    local: Option<SocketAddr>,
+    negotiated: Option<Negotiated>,
+    desired: Routes,
+    adj_rib_out: Routes,
+}
+
+impl Session {
+    /// A session in Idle; nothing happens until [`Input::Start`].
+    pub fn new(config: PeerConfig) -> Self {
+        Session {
+            config,
+            state: State::Idle,
+            stopped: true,
+            failures: 0,
+            deadlines: [None; 3],
+            rx: Vec::new(),
+            local: None,
+            negotiated: None,
+            desired: Routes::new(),
+            adj_rib_out: Routes::new(),
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// What was agreed with the peer, while a session is past OpenSent.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.negotiated.as_ref()
+    }
+
+    /// Routes the peer has been sent and not withdrawn.
+    pub fn adj_rib_out(&self) -> &Routes {
+        &self.adj_rib_out
+    }
+
+    /// The peer's configuration.
+    pub fn config(&self) -> &PeerConfig {
+        &self.config
+    }
+
+    /// Delay before the next reconnect: the configured base doubled per consecutive failure.
+    pub fn backoff(&self) -> Duration {
+        let factor = 1u32 << self.failures.saturating_sub(1).min(16);
+        self.config
+            .connect_retry
+            .saturating_mul(factor)
+            .min(MAX_CONNECT_RETRY)
+    }
+
+    /// Feeds one input and returns what to do.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Output> {
+        let mut out = Vec::new();
+        match input {
+            Input::Start => {
+                self.stopped = false;
+                if matches!(self.state, State::Idle | State::Active) {
+                    self.connect(now, &mut out);
+                }
+            }
+            Input::Stop(reason) => self.stop(reason, &mut out),
+            Input::Connected { local, remote: _ } => self.connected(now, local, &mut out),
+            Input::ConnectFailed => {
+                if self.state == State::Connect {
+                    self.failures += 1;
+                    out.push(Output::Disconnect);
+                    self.set_timer(Timer::ConnectRetry, now + self.backoff(), &mut out);
+                    self.goto(State::Active, &mut out);
+                }
+            }
+            Input::Closed => {
+                if matches!(
+                    self.state,
+                    State::OpenSent | State::OpenConfirm | State::Established
+                ) {
+                    self.session_down(now, None, &mut out);
+                }
+            }
+            Input::Received(bytes) => self.received(now, &bytes, &mut out),
+            Input::TimerExpired(t) => {
+                // Ignore an expiry the session no longer expects (cancelled or re-armed since).
+                if self.deadlines[t.index()].is_some_and(|d| d <= now) {
+                    self.deadlines[t.index()] = None;
+                    self.timer_expired(now, t, &mut out);
+                }
+            }
+            Input::SetAdvertisements(advs) => {
+                self.desired = desired_routes(advs);
+                if self.state == State::Established {
+                    self.sync(&mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn goto(&mut self, to: State, out: &mut Vec<Output>) {
+        if self.state != to {
+            out.push(Output::Event(Event::StateChanged {
+                from: self.state,
+                to,
+            }));
+            self.state = to;
+        }
+    }
+
+    fn set_timer(&mut self, t: Timer, at: Instant, out: &mut Vec<Output>) {
+        self.deadlines[t.index()] = Some(at);
+        out.push(Output::SetTimer(t, at));
+    }
+
+    fn cancel_timer(&mut self, t: Timer, out: &mut Vec<Output>) {
+        if self.deadlines[t.index()].take().is_some() {
+            out.push(Output::CancelTimer(t));
+        }
+    }
+
+    fn connect(&mut self, now: Instant, out: &mut Vec<Output>) {
+        out.push(Output::Connect);
+        self.set_timer(Timer::ConnectRetry, now + CONNECT_TIMEOUT, out);
+        self.goto(State::Connect, out);
+    }
+
+    fn stop(&mut self, reason: CeaseReason, out: &mut Vec<Output>) {
+        self.stopped = true;
+        if matches!(
+            self.state,
+            State::OpenSent | State::OpenConfirm | State::Established
+        ) {
+            self.notify(SessionError::Cease(reason), out);
+        }
+        if self.state != State::Idle {
+            out.push(Output::Disconnect);
+        }
+        for t in Timer::ALL {
+            self.cancel_timer(t, out);
+        }
+        self.reset_connection();
+        self.goto(State::Idle, out);
+    }
+
+    fn reset_connection(&mut self) {
+        self.rx = Vec::new();
+        self.local = None;
+        self.negotiated = None;
+        self.adj_rib_out.clear();
+    }
+
+    fn notify(&mut self, e: SessionError, out: &mut Vec<Output>) {
+        let mut bytes = Vec::new();
+        encode_notification(&mut bytes, &e.notification());
+        out.push(Output::Send(bytes));
+        out.push(Output::Event(Event::NotificationSent(e)));
+    }
+
+    /// Ends the session (after sending a NOTIFICATION for `error`), and arms the reconnect.
+    fn session_down(&mut self, now: Instant, error: Option<SessionError>, out: &mut Vec<Output>) {
+        if let Some(e) = error {
+            self.notify(e, out);
+        }
+        out.push(Output::Disconnect);
+        self.cancel_timer(Timer::Hold, out);
+        self.cancel_timer(Timer::Keepalive, out);
+        self.reset_connection();
+        self.failures += 1;
+        if !self.stopped {
+            self.set_timer(Timer::ConnectRetry, now + self.backoff(), out);
+        }
+        self.goto(State::Idle, out);
+    }
+
+    fn connected(&mut self, now: Instant, local: SocketAddr, out: &mut Vec<Output>) {
+        if self.state != State::Connect {
+            // A connection we no longer want (stopped or timed out meanwhile).
+            out.push(Output::Disconnect);
+            return;
+        }
+        self.cancel_timer(Timer::ConnectRetry, out);
+        self.local = Some(local);
+        let mut bytes = Vec::new();
+        self.our_open(local).encode(&mut bytes);
+        out.push(Output::Send(bytes));
+        self.set_timer(Timer::Hold, now + OPEN_HOLD_TIME, out);
+        self.goto(State::OpenSent, out);
+    }
+
+    fn router_id(&self, local: SocketAddr) -> Ipv4Addr {
+        if let Some(id) = self.config.router_id {
+            return id;
+        }
+        match (local.ip(), self.config.next_hop_v4) {
+            (IpAddr::V4(a), _) => a,
+            (_, Some(a)) => a,
+            (IpAddr::V6(a), None) => {
+                let o = a.octets();
+                Ipv4Addr::new(o[12], o[13], o[14], o[15])
+            }
+        }
+    }
+
+    fn our_open(&self, local: SocketAddr) -> Open {
+        let families = vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST];
+        let mut capabilities: Vec<Capability> = families
+            .iter()
+            .map(|f| Capability::Multiprotocol(*f))
+            .collect();
+        capabilities.push(Capability::RouteRefresh);
+        if self.config.graceful_restart {
+            // F bit set: the data plane keeps forwarding while the speaker restarts.
+            capabilities.push(Capability::GracefulRestart {
+                restarted: false,
+                restart_time: GRACEFUL_RESTART_TIME.as_secs() as u16,
+                families: families.iter().map(|f| (*f, true)).collect(),
+            });
+        }
+        capabilities.push(Capability::FourOctetAs(self.config.my_asn));
+        Open {
+            my_as: u16::try_from(self.config.my_asn).unwrap_or(AS_TRANS),
+            hold_time: self.config.hold_time.as_secs().min(u64::from(u16::MAX)) as u16,
+            bgp_id: self.router_id(local),
+            capabilities,
+        }
+    }
+
+    fn decode_context(&self) -> DecodeContext {
+        DecodeContext {
+            four_octet_as: self.negotiated.as_ref().is_some_and(|n| n.four_octet_as),
+        }
+    }
+
+    fn received(&mut self, now: Instant, bytes: &[u8], out: &mut Vec<Output>) {
+        if !matches!(
+            self.state,
+            State::OpenSent | State::OpenConfirm | State::Established
+        ) {
+            return;
+        }
+        self.rx.extend_from_slice(bytes);
+        let mut used = 0;
+        loop {
+            match decode_message(&self.rx[used..], self.decode_context()) {
+                Ok(None) => break,
+                Ok(Some((message, len))) => {
+                    used += len;
+                    self.message(now, message, out);
+                }
+                Err(e) => {
+                    self.session_down(now, Some(e), out);
+                }
+            }
+            if !matches!(
+                self.state,
+                State::OpenSent | State::OpenConfirm | State::Established
+            ) {
+                // The session ended; whatever follows belongs to no session.
+                self.rx.clear();
+                return;
+            }
+        }
+        self.rx.drain(..used);
+    }
+
+    fn message(&mut self, now: Instant, message: Message, out: &mut Vec<Output>) {
+        if let Message::Notification(n) = message {
+            out.push(Output::Event(Event::NotificationReceived(n)));
+            self.session_down(now, None, out);
+            return;
+        }
+        match (self.state, message) {
+            (State::OpenSent, Message::Open(open)) => match self.accept_open(&open) {
+                Ok(n) => {
+                    let mut bytes = Vec::new();
+                    encode_keepalive(&mut bytes);
+                    out.push(Output::Send(bytes));
+                    if n.hold_time.is_zero() {
+                        self.cancel_timer(Timer::Hold, out);
+                    } else {
+                        self.set_timer(Timer::Hold, now + n.hold_time, out);
+                        self.set_timer(Timer::Keepalive, now + n.keepalive, out);
+                    }
+                    self.negotiated = Some(n);
+                    self.goto(State::OpenConfirm, out);
+                }
+                Err(e) => self.session_down(now, Some(e), out),
+            },
+            (State::OpenSent, _) => self.session_down(
+                now,
+                Some(SessionError::UnexpectedMessage(FsmErrorState::OpenSent)),
+                out,
+            ),
+            (State::OpenConfirm, Message::Keepalive) => {
+                self.restart_hold(now, out);
+                self.failures = 0;
+                self.goto(State::Established, out);
+                self.sync(out);
+                let families = self.negotiated.as_ref().map(|n| n.families.clone());
+                let mut bytes = Vec::new();
+                for f in families.unwrap_or_default() {
+                    encode_end_of_rib(&mut bytes, f);
+                }
+                out.push(Output::Send(bytes));
+            }
+            (State::OpenConfirm, _) => self.session_down(
+                now,
+                Some(SessionError::UnexpectedMessage(FsmErrorState::OpenConfirm)),
+                out,
+            ),
+            (State::Established, Message::Keepalive | Message::Update(_)) => {
+                self.restart_hold(now, out);
+            }
+            (State::Established, Message::RouteRefresh(rr)) => {
+                self.restart_hold(now, out);
+                // Subtypes 1 and 2 (BoRR/EoRR) only bracket a peer's own re-advertisement.
+                if rr.subtype == 0 {
+                    self.refresh(rr.family, out);
+                }
+            }
+            (State::Established, _) => self.session_down(
+                now,
+                Some(SessionError::UnexpectedMessage(FsmErrorState::Established)),
+                out,
+            ),
+            // received() only decodes in the three states above.
+            _ => {}
+        }
+    }
+
+    fn restart_hold(&mut self, now: Instant, out: &mut Vec<Output>) {
+        if let Some(n) = &self.negotiated
+            && !n.hold_time.is_zero()
+        {
+            let at = now + n.hold_time;
+            self.deadlines[Timer::Hold.index()] = Some(at);
+            out.push(Output::SetTimer(Timer::Hold, at));
+        }
+    }
+
+    /// Checks the peer's OPEN against our configuration (RFC 4271 §6.2) and negotiates.
+    fn accept_open(&self, open: &Open) -> Result<Negotiated, SessionError> {
+        let peer_as = open.asn();
+        if peer_as != self.config.peer_asn {
+            return Err(SessionError::BadPeerAs {
+                received: peer_as,
+                expected: self.config.peer_asn,
+            });
+        }
+        let our_id = self.local.map(|l| self.router_id(l));
+        if open.bgp_id.is_unspecified() || (self.config.is_ibgp() && Some(open.bgp_id) == our_id) {
+            return Err(SessionError::BadBgpId);
+        }
+        if matches!(open.hold_time, 1 | 2) {
+            return Err(SessionError::UnacceptableHoldTime {
+                hold_time: open.hold_time,
+            });
+        }
+        let ours = self.config.hold_time.as_secs().min(u64::from(u16::MAX)) as u16;
+        let hold_time = Duration::from_secs(u64::from(ours.min(open.hold_time)));
+        let keepalive = match self.config.keepalive_time {
+            _ if hold_time.is_zero() => Duration::ZERO,
+            Some(k) if !k.is_zero() && k < hold_time => k,
+            _ => hold_time / 3,
+        };
+        let theirs = open.families();
+        let families = [Family::IPV4_UNICAST, Family::IPV6_UNICAST]
+            .into_iter()
+            .filter(|f| theirs.contains(f))
+            .collect();
+        Ok(Negotiated {
+            hold_time,
+            keepalive,
+            families,
+            four_octet_as: open.four_octet_as(),
+            graceful_restart: self.config.graceful_restart
+                && open.has(|c| matches!(c, Capability::GracefulRestart { .. })),
+            peer_id: open.bgp_id,
+        })
+    }
+
+    fn timer_expired(&mut self, now: Instant, t: Timer, out: &mut Vec<Output>) {
+        match (t, self.state) {
+            (Timer::ConnectRetry, State::Idle | State::Active) if !self.stopped => {
+                self.connect(now, out)
+            }
+            (Timer::ConnectRetry, State::Connect) => {
+                self.failures += 1;
+                out.push(Output::Disconnect);
+                self.set_timer(Timer::ConnectRetry, now + self.backoff(), out);
+                self.goto(State::Active, out);
+            }
+            (Timer::Hold, State::OpenSent | State::OpenConfirm | State::Established) => {
+                self.session_down(now, Some(SessionError::HoldTimerExpired), out)
+            }
+            (Timer::Keepalive, State::OpenConfirm | State::Established) => {
+                let mut bytes = Vec::new();
+                encode_keepalive(&mut bytes);
+                out.push(Output::Send(bytes));
+                if let Some(k) = self.negotiated.as_ref().map(|n| n.keepalive) {
+                    self.set_timer(Timer::Keepalive, now + k, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn encode_params(&self) -> EncodeParams {
+        let local = self.local.map(|l| l.ip());
+        let next_hop_v4 = self.config.next_hop_v4.or(match local {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => None,
+        });
+        let next_hop_v6 = self.config.next_hop_v6.or(match local {
+            Some(IpAddr::V6(a)) if !a.is_unicast_link_local() => Some(a),
+            _ => None,
+        });
+        EncodeParams {
+            my_asn: self.config.my_asn,
+            ibgp: self.config.is_ibgp(),
+            four_octet_as: self.negotiated.as_ref().is_some_and(|n| n.four_octet_as),
+            next_hop_v4,
+            next_hop_v6,
+        }
+    }
+
+    /// Sends what brings the peer from the Adj-RIB-Out to the desired routes.
+    fn sync(&mut self, out: &mut Vec<Output>) {
+        let families = self
+            .negotiated
+            .as_ref()
+            .map(|n| n.families.clone())
+            .unwrap_or_default();
+        let mut changes = diff(&self.adj_rib_out, &self.desired, &families);
+        let params = self.encode_params();
+        let mut announce_bytes = Vec::new();
+        let (mut messages, mut announced) = (0, 0);
+        let mut failed: Vec<(EncodeError, Vec<IpNet>)> = Vec::new();
+        for ((family, attrs), prefixes) in &changes.announce {
+            match encode_announcements(&mut announce_bytes, &params, attrs, *family, prefixes) {
+                Ok(n) => {
+                    messages += n;
+                    announced += prefixes.len();
+                    for p in prefixes {
+                        self.adj_rib_out.insert(*p, attrs.clone());
+                    }
+                }
+                Err(e) => {
+                    // What the peer holds under other attributes must go.
+                    for p in prefixes {
+                        if self.adj_rib_out.contains_key(p) {
+                            changes.withdraw.entry(*family).or_default().push(*p);
+                        }
+                    }
+                    failed.push((e, prefixes.clone()));
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        let mut withdrawn = 0;
+        for (family, prefixes) in &changes.withdraw {
+            messages += encode_withdrawals(&mut bytes, *family, prefixes);
+            withdrawn += prefixes.len();
+            for p in prefixes {
+                self.adj_rib_out.remove(p);
+            }
+        }
+        bytes.extend_from_slice(&announce_bytes);
+        if messages > 0 {
+            out.push(Output::Send(bytes));
+            out.push(Output::Event(Event::UpdatesSent {
+                messages,
+                announced,
+                withdrawn,
+            }));
+        }
+        if !changes.unsupported.is_empty() {
+            out.push(Output::Event(Event::NotAnnounced {
+                prefixes: changes.unsupported,
+                reason: NotAnnounced::FamilyNotNegotiated,
+            }));
+        }
+        for (e, prefixes) in failed {
+            out.push(Output::Event(Event::NotAnnounced {
+                prefixes,
+                reason: NotAnnounced::Encode(e),
+            }));
+        }
+    }
+
+    /// Answers a ROUTE-REFRESH by re-sending the Adj-RIB-Out of the family (RFC 2918 §4).
+    fn refresh(&mut self, family: Family, out: &mut Vec<Output>) {
+        let negotiated = self
+            .negotiated
+            .as_ref()
+            .is_some_and(|n| n.families.contains(&family));
+        if !negotiated {
+            return;
+        }
+        let params = self.encode_params();
+        let mut bytes = Vec::new();
+        let (mut messages, mut announced) = (0, 0);
+        for (attrs, prefixes) in group_family(&self.adj_rib_out, family) {
+            // These prefixes were encoded once already, so encoding cannot fail now.
+            if let Ok(n) = encode_announcements(&mut bytes, &params, &attrs, family, &prefixes) {
+                messages += n;
+                announced += prefixes.len();
+            }
+        }
+        if messages > 0 {
+            out.push(Output::Send(bytes));
+            out.push(Output::Event(Event::UpdatesSent {
+                messages,
+                announced,
+                withdrawn: 0,
+            }));
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! BGP mode of the speaker: announce-only sessions that interoperate with BIRD, FRR and GoBGP.
+//!
+//! # Layout
+//!
+//! - [`wire`], [`open`], [`update_check`]: framing and decoding of what peers send (untrusted).
+//! - [`update`]: encoding of our UPDATEs; [`rib`]: desired routes vs Adj-RIB-Out.
+//! - [`fsm`]: the RFC 4271 session state machine, pure.
+//! - [`error`]: every session error, each one the NOTIFICATION it sends.
+//! - [`config`]: plain data for peers and advertisements.
+pub mod config;
+pub mod error;
+pub mod fsm;
+pub mod open;
+pub mod rib;
+pub mod update;
+pub mod update_check;
+pub mod wire;
+
+pub use config::{
+    Advertisement, AnyCommunity, Community, LargeCommunity, PeerConfig, PeerId, RouteAttrs,
+};
+pub use error::{CeaseReason, Notification, SessionError};
+pub use fsm::{Event, Input, Output, Session, State, Timer};
