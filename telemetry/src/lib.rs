@@ -1,0 +1,148 @@
+//! What both FerroLB binaries share for operators: log setup (text or JSON) and the HTTP
+//! endpoints `/metrics` (Prometheus text format), `/healthz` (the process serves) and `/readyz`
+//! (the binary says it is ready).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("log format `{other}` is not `text` or `json`")),
+        }
+    }
+}
+
+/// Installs the global log subscriber. `level` is an `EnvFilter` directive (`info`,
+/// `ferrolb_controller=debug,kube=warn`); `RUST_LOG` overrides it when set.
+pub fn init_logging(level: &str, format: LogFormat) -> Result<(), Error> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .map_err(|e| Error::LogLevel(e.to_string()))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    result.map_err(|e| Error::LogLevel(e.to_string()))
+}
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The log level directive could not be parsed.
+    #[error("invalid log level: {0}")]
+    LogLevel(String),
+    /// The metrics address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Readiness flag a binary flips when it can do its job (for example: the initial snapshot is
+/// loaded).
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Marks the process ready or not.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether the process said it is ready.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    registry: Arc<Registry>,
+    ready: Readiness,
+}
+
+/// Binds `addr` and serves `/metrics`, `/healthz` and `/readyz` until `shutdown` fires.
+/// Returns the bound address (useful with port 0) and the serving task.
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    ready: Readiness,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| Error::Bind { addr, source })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { registry, ready });
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await;
+    });
+    Ok((bound, task))
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            "encoding failed".to_string(),
+        ),
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.ready.get() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}

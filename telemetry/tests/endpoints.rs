@@ -1,0 +1,75 @@
+//! The operator endpoints answer as probes and Prometheus expect.
+
+use std::sync::Arc;
+
+use ferrolb_telemetry::{Readiness, serve};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let code = buf[9..12].parse().unwrap();
+    (code, buf)
+}
+
+#[tokio::test]
+async fn readyz_follows_the_readiness_flag_while_healthz_always_answers() {
+    let ready = Readiness::default();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let (addr, _task) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(Registry::default()),
+        ready.clone(),
+        rx,
+    )
+    .await
+    .unwrap();
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    assert_eq!(get(addr, "/readyz").await.0, 503);
+    ready.set(true);
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+}
+
+#[tokio::test]
+async fn metrics_expose_registered_counters_in_prometheus_text_format() {
+    let mut registry = Registry::with_prefix("ferrolb");
+    let c = Counter::<u64>::default();
+    registry.register("widgets", "Widgets seen", c.clone());
+    c.inc_by(3);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let (addr, _task) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        Readiness::default(),
+        rx,
+    )
+    .await
+    .unwrap();
+    let (code, body) = get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(body.contains("ferrolb_widgets_total 3"), "{body}");
+}
+
+#[tokio::test]
+async fn the_server_stops_when_shutdown_fires() {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (_addr, task) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(Registry::default()),
+        Readiness::default(),
+        rx,
+    )
+    .await
+    .unwrap();
+    tx.send(true).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
