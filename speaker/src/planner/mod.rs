@@ -1,1 +1,24 @@
-//! What to announce.
+//! What to announce: from a snapshot of the cluster, the addresses this node answers for and
+//! why any node is not eligible. Pure: no I/O, no clock.
+//!
+//! # Layout
+//! - [`input`]: the snapshot as plain structs ([`Snapshot`], [`ServiceInfo`], [`NodeInfo`], ...),
+//!   so tests and the BGP planner build them without Kubernetes objects.
+//! - [`convert`]: small functions from `k8s-openapi` / `ferrolb-api` objects to those structs.
+//! - [`eligibility`]: the node checks shared by layer 2 and BGP (exclusion label,
+//!   `NetworkUnavailable`, local endpoints for `externalTrafficPolicy: Local`).
+//! - [`l2`]: the layer-2 plan: advertisement matching, owner election, interfaces.
+
+pub mod convert;
+pub mod eligibility;
+pub mod input;
+pub mod l2;
+
+pub use eligibility::NotEligible;
+pub use input::{
+    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot,
+};
+pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
+
+#[cfg(test)]
+mod tests;

@@ -222,7 +222,8 @@ fn refresh_checksum(f: &mut [u8]) {
 #[test]
 fn solicitations_that_break_rfc4861_validation_are_malformed() {
     let base = hex(NDISC6_NS);
-    let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, DropReason)> = vec![
+    type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(Mutation, DropReason)> = vec![
         (Box::new(|f| f[14] = 0x40), DropReason::Ipv6BadVersion),
         (Box::new(|f| f[21] = 64), DropReason::NdpHopLimit),
         (Box::new(|f| f[57] ^= 1), DropReason::NdpBadChecksum),

@@ -1,0 +1,80 @@
+//! Why a node may not attract traffic for a Service, shared by layer 2 and BGP. Pure: no I/O,
+//! no clock.
+
+use super::input::{NodeInfo, ServiceInfo};
+use ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB;
+use std::fmt;
+
+/// Why a node is not a candidate to announce an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotEligible {
+    /// The node carries `node.kubernetes.io/exclude-from-external-load-balancers`.
+    Excluded,
+    /// The node's `NetworkUnavailable` condition is `True`.
+    NetworkUnavailable,
+    /// No speaker is alive on the node (or it has no Node object).
+    SpeakerNotLive,
+    /// No advertisement covers the address's pool.
+    NoMatchingAdvertisement,
+    /// Advertisements cover the pool, but none of their `nodeSelectors` selects the node.
+    NodeSelectorMismatch,
+    /// `externalTrafficPolicy: Local` and no usable endpoint of the Service runs on the node.
+    NoLocalEndpoint,
+    /// The Service has no usable endpoint on any node.
+    NoReadyEndpoints,
+}
+
+impl NotEligible {
+    /// A stable label for metrics, logs and Events.
+    pub fn label(self) -> &'static str {
+        match self {
+            NotEligible::Excluded => "Excluded",
+            NotEligible::NetworkUnavailable => "NetworkUnavailable",
+            NotEligible::SpeakerNotLive => "SpeakerNotLive",
+            NotEligible::NoMatchingAdvertisement => "NoMatchingAdvertisement",
+            NotEligible::NodeSelectorMismatch => "NodeSelectorMismatch",
+            NotEligible::NoLocalEndpoint => "NoLocalEndpoint",
+            NotEligible::NoReadyEndpoints => "NoReadyEndpoints",
+        }
+    }
+}
+
+impl fmt::Display for NotEligible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Checks that do not depend on the Service: the exclusion label (any value) and the
+/// `NetworkUnavailable` condition.
+pub fn node_may_announce(node: &NodeInfo) -> Result<(), NotEligible> {
+    if node.labels.contains_key(EXCLUDE_FROM_EXTERNAL_LB) {
+        return Err(NotEligible::Excluded);
+    }
+    if node.network_unavailable {
+        return Err(NotEligible::NetworkUnavailable);
+    }
+    Ok(())
+}
+
+/// Whether the Service has a usable endpoint anywhere.
+pub fn has_usable_endpoints(service: &ServiceInfo) -> bool {
+    service.endpoints.iter().any(|e| e.usable())
+}
+
+/// Checks that depend on the Service: it has usable endpoints and, with
+/// `externalTrafficPolicy: Local`, one of them runs on `node`.
+pub fn service_may_use(service: &ServiceInfo, node: &str) -> Result<(), NotEligible> {
+    if !has_usable_endpoints(service) {
+        return Err(NotEligible::NoReadyEndpoints);
+    }
+    if service.local_traffic_policy
+        && !service
+            .endpoints
+            .iter()
+            .any(|e| e.usable() && e.node_name.as_deref() == Some(node))
+    {
+        return Err(NotEligible::NoLocalEndpoint);
+    }
+    Ok(())
+}

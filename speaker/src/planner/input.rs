@@ -1,0 +1,154 @@
+//! The planner's input: a snapshot of the cluster as plain structs. Pure: data only.
+
+use ferrolb_api::validate::AddressRange;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+/// A Service's identity.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// A key from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A LoadBalancer Service FerroLB handles, with the addresses it was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// Its key.
+    pub key: ServiceKey,
+    /// `status.loadBalancer.ingress[].ip`.
+    pub ingress: Vec<IpAddr>,
+    /// `spec.externalTrafficPolicy: Local`: only nodes with a local endpoint may attract traffic.
+    pub local_traffic_policy: bool,
+    /// Every endpoint of the Service, merged from all its EndpointSlices.
+    pub endpoints: Vec<EndpointInfo>,
+}
+
+/// One endpoint of an EndpointSlice, with the conditions as Kubernetes defines them: an absent
+/// `ready` or `serving` means true, an absent `terminating` means false.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct EndpointInfo {
+    /// `nodeName`: where the endpoint runs.
+    pub node_name: Option<String>,
+    /// `conditions.ready`.
+    pub ready: Option<bool>,
+    /// `conditions.serving`.
+    pub serving: Option<bool>,
+    /// `conditions.terminating`.
+    pub terminating: Option<bool>,
+}
+
+impl EndpointInfo {
+    /// Whether traffic may be sent to it: ready, or serving and not terminating.
+    pub fn usable(&self) -> bool {
+        let ready = self.ready.unwrap_or(true);
+        let serving = self.serving.unwrap_or(ready);
+        let terminating = self.terminating.unwrap_or(false);
+        ready || (serving && !terminating)
+    }
+}
+
+/// A Node as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// A `NetworkUnavailable` condition with status `True`.
+    pub network_unavailable: bool,
+}
+
+/// An `IPAddressPool` that is ready (valid, overlapping no older pool), with its parsed ranges.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PoolInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels`, for `ipAddressPoolSelectors`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.addresses`, parsed.
+    pub ranges: Vec<AddressRange>,
+}
+
+impl PoolInfo {
+    /// Whether `ip` lies in one of the pool's ranges.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.ranges
+            .iter()
+            .any(|r| r.start.is_ipv4() == ip.is_ipv4() && r.start <= ip && ip <= r.end)
+    }
+}
+
+/// An `L2Advertisement` as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct L2AdvertisementInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.ipAddressPools`.
+    pub pools: Vec<String>,
+    /// `spec.ipAddressPoolSelectors`.
+    pub pool_selectors: Vec<LabelSelector>,
+    /// `spec.nodeSelectors`.
+    pub node_selectors: Vec<LabelSelector>,
+    /// `spec.interfaces`.
+    pub interfaces: Vec<String>,
+}
+
+impl L2AdvertisementInfo {
+    /// Whether the advertisement covers `pool`: named, selected, or all pools when it names and
+    /// selects none.
+    pub fn selects_pool(&self, pool: &PoolInfo) -> bool {
+        if self.pools.is_empty() && self.pool_selectors.is_empty() {
+            return true;
+        }
+        // `any_matches` reads an empty list as "everything": only consult non-empty selectors.
+        self.pools.contains(&pool.name)
+            || self
+                .pool_selectors
+                .iter()
+                .any(|s| ferrolb_api::selector::matches(s, &pool.labels))
+    }
+
+    /// Whether the advertisement lets `node` answer: all nodes when it has no node selector.
+    pub fn selects_node(&self, node: &NodeInfo) -> bool {
+        self.node_selectors.is_empty()
+            || ferrolb_api::selector::any_matches(&self.node_selectors, &node.labels)
+    }
+}
+
+/// Everything the planner looks at.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// LoadBalancer Services FerroLB handles that hold at least one address.
+    pub services: Vec<ServiceInfo>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, NodeInfo>,
+    /// Ready pools.
+    pub pools: Vec<PoolInfo>,
+    /// Layer-2 advertisements.
+    pub l2_advertisements: Vec<L2AdvertisementInfo>,
+    /// Nodes whose speaker is alive (from membership, or the Kubernetes view as a fallback).
+    pub live_speakers: BTreeSet<String>,
+    /// The node this speaker runs on.
+    pub this_node: String,
+}

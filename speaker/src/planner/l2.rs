@@ -1,0 +1,209 @@
+//! The layer-2 plan: for every Service address, its candidates, its owner and, for this node,
+//! the interfaces to answer on. Pure: no I/O, no clock.
+//!
+//! # Rules
+//! - An address is announced only when it lies in a ready pool, an `L2Advertisement` covers
+//!   that pool, and at least one Service holding it has a usable endpoint somewhere.
+//! - A node is a candidate when it passes [`node_may_announce`], an advertisement covering the
+//!   pool selects it, it passes [`service_may_use`] for every Service on the address that has
+//!   usable endpoints (a shared address must reach every Service behind it), and its speaker is
+//!   live.
+//! - The owner is elected among candidates by [`crate::l2::election`], per address.
+//! - Interfaces: the union of `interfaces` over the advertisements that cover the pool and select
+//!   the owner; any such advertisement without `interfaces` means the default choice
+//!   ([`Interfaces::BySubnet`]).
+
+use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce, service_may_use};
+use super::input::{L2AdvertisementInfo, ServiceInfo, ServiceKey, Snapshot};
+use crate::l2::election;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+/// Where to answer for an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Interfaces {
+    /// Every interface that is up, not loopback, and has a configured subnet containing the
+    /// address.
+    BySubnet,
+    /// Exactly these interfaces (from `L2Advertisement.interfaces`).
+    Named(BTreeSet<String>),
+}
+
+/// Why nobody announces an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotAnnounced {
+    /// The address lies in no ready pool.
+    NotInAnyPool,
+    /// No `L2Advertisement` covers the address's pool.
+    NoMatchingAdvertisement,
+    /// No Service on the address has a usable endpoint.
+    NoReadyEndpoints,
+    /// Every node is ineligible (see [`AddressPlan::not_eligible`]).
+    NoEligibleNode,
+}
+
+impl NotAnnounced {
+    /// A stable label for metrics, logs and Events.
+    pub fn label(self) -> &'static str {
+        match self {
+            NotAnnounced::NotInAnyPool => "NotInAnyPool",
+            NotAnnounced::NoMatchingAdvertisement => "NoMatchingAdvertisement",
+            NotAnnounced::NoReadyEndpoints => "NoReadyEndpoints",
+            NotAnnounced::NoEligibleNode => "NoEligibleNode",
+        }
+    }
+}
+
+impl fmt::Display for NotAnnounced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// The decision for one address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressPlan {
+    /// Services holding the address (several when it is shared), sorted.
+    pub services: Vec<ServiceKey>,
+    /// The ready pool the address lies in.
+    pub pool: Option<String>,
+    /// Candidates, best first: the owner, then who takes over if it goes.
+    pub candidates: Vec<String>,
+    /// The owner, or why there is none.
+    pub owner: Result<String, NotAnnounced>,
+    /// Interfaces the owner answers on (meaningful only when there is an owner).
+    pub interfaces: Interfaces,
+    /// Every known node that is not a candidate, and why. Empty when the reason is the
+    /// address's own ([`NotAnnounced`] other than `NoEligibleNode`).
+    pub not_eligible: BTreeMap<String, NotEligible>,
+}
+
+/// The layer-2 plan for the whole snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct L2Plan {
+    /// Every Service address.
+    pub addresses: BTreeMap<IpAddr, AddressPlan>,
+    /// The addresses this node owns, with where to answer for them.
+    pub owned: BTreeMap<IpAddr, Interfaces>,
+}
+
+/// Computes the layer-2 plan.
+pub fn plan_l2(snapshot: &Snapshot) -> L2Plan {
+    let mut by_address: BTreeMap<IpAddr, Vec<&ServiceInfo>> = BTreeMap::new();
+    for svc in &snapshot.services {
+        for ip in &svc.ingress {
+            let list = by_address.entry(*ip).or_default();
+            if !list.iter().any(|s| s.key == svc.key) {
+                list.push(svc);
+            }
+        }
+    }
+    let mut plan = L2Plan::default();
+    for (ip, mut services) in by_address {
+        services.sort_by(|a, b| a.key.cmp(&b.key));
+        let decision = plan_address(snapshot, ip, &services);
+        if decision.owner.as_deref() == Ok(snapshot.this_node.as_str()) {
+            plan.owned.insert(ip, decision.interfaces.clone());
+        }
+        plan.addresses.insert(ip, decision);
+    }
+    plan
+}
+
+fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> AddressPlan {
+    let mut out = AddressPlan {
+        services: services.iter().map(|s| s.key.clone()).collect(),
+        pool: None,
+        candidates: Vec::new(),
+        owner: Err(NotAnnounced::NotInAnyPool),
+        interfaces: Interfaces::BySubnet,
+        not_eligible: BTreeMap::new(),
+    };
+    let Some(pool) = snapshot.pools.iter().find(|p| p.contains(ip)) else {
+        return out;
+    };
+    out.pool = Some(pool.name.clone());
+    let advs: Vec<&L2AdvertisementInfo> = snapshot
+        .l2_advertisements
+        .iter()
+        .filter(|a| a.selects_pool(pool))
+        .collect();
+    if advs.is_empty() {
+        out.owner = Err(NotAnnounced::NoMatchingAdvertisement);
+        return out;
+    }
+    let serving: Vec<&ServiceInfo> = services
+        .iter()
+        .copied()
+        .filter(|s| has_usable_endpoints(s))
+        .collect();
+    if serving.is_empty() {
+        out.owner = Err(NotAnnounced::NoReadyEndpoints);
+        return out;
+    }
+    let names: BTreeSet<&str> = snapshot
+        .nodes
+        .keys()
+        .map(String::as_str)
+        .chain(snapshot.live_speakers.iter().map(String::as_str))
+        .collect();
+    let mut candidates = Vec::new();
+    for name in names {
+        let verdict = (|| {
+            let node = snapshot
+                .nodes
+                .get(name)
+                .ok_or(NotEligible::SpeakerNotLive)?;
+            node_may_announce(node)?;
+            if !advs.iter().any(|a| a.selects_node(node)) {
+                return Err(NotEligible::NodeSelectorMismatch);
+            }
+            for svc in &serving {
+                service_may_use(svc, name)?;
+            }
+            if !snapshot.live_speakers.contains(name) {
+                return Err(NotEligible::SpeakerNotLive);
+            }
+            Ok(())
+        })();
+        match verdict {
+            Ok(()) => candidates.push(name),
+            Err(why) => {
+                out.not_eligible.insert(name.to_owned(), why);
+            }
+        }
+    }
+    out.candidates = election::ranking(ip, candidates)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let Some(owner) = out.candidates.first().cloned() else {
+        out.owner = Err(NotAnnounced::NoEligibleNode);
+        return out;
+    };
+    out.interfaces = owner_interfaces(&advs, snapshot.nodes.get(&owner));
+    out.owner = Ok(owner);
+    out
+}
+
+fn owner_interfaces(
+    advs: &[&L2AdvertisementInfo],
+    owner: Option<&super::input::NodeInfo>,
+) -> Interfaces {
+    let mut named = BTreeSet::new();
+    for adv in advs
+        .iter()
+        .filter(|a| owner.is_some_and(|n| a.selects_node(n)))
+    {
+        if adv.interfaces.is_empty() {
+            return Interfaces::BySubnet;
+        }
+        named.extend(adv.interfaces.iter().cloned());
+    }
+    if named.is_empty() {
+        Interfaces::BySubnet
+    } else {
+        Interfaces::Named(named)
+    }
+}

@@ -1,0 +1,482 @@
+use super::convert::{l2_advertisement_info, node_info, pool_infos, service_info};
+use super::*;
+use crate::l2::election;
+use ferrolb_api::validate::AddressRange;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect()
+}
+
+fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(labels(pairs)),
+        ..Default::default()
+    }
+}
+
+fn ready_on(node: &str) -> EndpointInfo {
+    EndpointInfo {
+        node_name: Some(node.into()),
+        ready: Some(true),
+        ..Default::default()
+    }
+}
+
+fn svc(name: &str, ips: &[&str], local: bool, endpoints: Vec<EndpointInfo>) -> ServiceInfo {
+    ServiceInfo {
+        key: ServiceKey::new("default", name),
+        ingress: ips.iter().map(|s| ip(s)).collect(),
+        local_traffic_policy: local,
+        endpoints,
+    }
+}
+
+/// Three live nodes, one pool for 10.99.0.0/24 and fd00:99::/64, one advertisement for all pools.
+fn cluster(this: &str, services: Vec<ServiceInfo>) -> Snapshot {
+    Snapshot {
+        services,
+        nodes: NODES
+            .iter()
+            .map(|n| {
+                (
+                    (*n).to_string(),
+                    NodeInfo {
+                        name: (*n).into(),
+                        labels: labels(&[("kubernetes.io/hostname", n)]),
+                        network_unavailable: false,
+                    },
+                )
+            })
+            .collect(),
+        pools: vec![PoolInfo {
+            name: "blue".into(),
+            labels: labels(&[("color", "blue")]),
+            ranges: vec![
+                AddressRange::parse("10.99.0.0/24").unwrap(),
+                AddressRange::parse("fd00:99::/64").unwrap(),
+            ],
+        }],
+        l2_advertisements: vec![L2AdvertisementInfo {
+            name: "all".into(),
+            ..Default::default()
+        }],
+        live_speakers: NODES.iter().map(|n| (*n).to_string()).collect(),
+        this_node: this.into(),
+    }
+}
+
+fn web() -> ServiceInfo {
+    svc(
+        "web",
+        &["10.99.0.100", "fd00:99::100"],
+        false,
+        vec![ready_on("node-a")],
+    )
+}
+
+#[test]
+fn a_cluster_policy_address_is_owned_by_the_elected_node_and_only_by_it() {
+    let s = cluster("node-a", vec![web()]);
+    for addr in ["10.99.0.100", "fd00:99::100"] {
+        let want = election::owner(ip(addr), NODES).unwrap();
+        let mut owners = Vec::new();
+        for n in NODES {
+            let plan = plan_l2(&Snapshot {
+                this_node: n.into(),
+                ..s.clone()
+            });
+            assert_eq!(plan.addresses[&ip(addr)].owner.as_deref(), Ok(want));
+            if plan.owned.contains_key(&ip(addr)) {
+                owners.push(n);
+            }
+        }
+        assert_eq!(owners, vec![want], "{addr}");
+    }
+}
+
+#[test]
+fn an_address_outside_every_ready_pool_is_not_announced() {
+    let s = cluster(
+        "node-a",
+        vec![svc("x", &["10.99.1.1"], false, vec![ready_on("node-a")])],
+    );
+    let plan = plan_l2(&s);
+    assert_eq!(
+        plan.addresses[&ip("10.99.1.1")].owner,
+        Err(NotAnnounced::NotInAnyPool)
+    );
+    assert!(plan.owned.is_empty());
+}
+
+#[test]
+fn a_pool_without_advertisement_is_not_announced() {
+    let mut s = cluster("node-a", vec![web()]);
+    s.l2_advertisements[0].pools = vec!["red".into()];
+    let plan = plan_l2(&s);
+    assert_eq!(
+        plan.addresses[&ip("10.99.0.100")].owner,
+        Err(NotAnnounced::NoMatchingAdvertisement)
+    );
+}
+
+#[test]
+fn advertisements_select_pools_by_name_or_by_label() {
+    for adv in [
+        L2AdvertisementInfo {
+            pools: vec!["blue".into()],
+            ..Default::default()
+        },
+        L2AdvertisementInfo {
+            pool_selectors: vec![selector(&[("color", "blue")])],
+            ..Default::default()
+        },
+    ] {
+        let mut s = cluster("node-a", vec![web()]);
+        s.l2_advertisements = vec![adv];
+        assert!(plan_l2(&s).addresses[&ip("10.99.0.100")].owner.is_ok());
+    }
+}
+
+#[test]
+fn a_service_without_usable_endpoints_is_not_announced() {
+    let not_ready = EndpointInfo {
+        node_name: Some("node-a".into()),
+        ready: Some(false),
+        serving: Some(true),
+        terminating: Some(true),
+    };
+    let s = cluster(
+        "node-a",
+        vec![svc("x", &["10.99.0.7"], false, vec![not_ready])],
+    );
+    assert_eq!(
+        plan_l2(&s).addresses[&ip("10.99.0.7")].owner,
+        Err(NotAnnounced::NoReadyEndpoints)
+    );
+}
+
+#[test]
+fn a_serving_endpoint_that_is_not_terminating_counts_as_usable() {
+    let serving = EndpointInfo {
+        node_name: Some("node-b".into()),
+        ready: Some(false),
+        serving: Some(true),
+        terminating: Some(false),
+    };
+    let s = cluster(
+        "node-b",
+        vec![svc("x", &["10.99.0.7"], true, vec![serving])],
+    );
+    assert_eq!(
+        plan_l2(&s).addresses[&ip("10.99.0.7")].owner.as_deref(),
+        Ok("node-b")
+    );
+}
+
+/// Makes `node` ineligible with `how`, and checks the reason and that the address moves away.
+fn assert_node_loses(how: impl Fn(&mut Snapshot, &str), reason: NotEligible) {
+    for addr in ["10.99.0.100", "fd00:99::100"] {
+        let mut s = cluster("node-a", vec![web()]);
+        let owner = plan_l2(&s).addresses[&ip(addr)].owner.clone().unwrap();
+        how(&mut s, &owner);
+        let plan = plan_l2(&s);
+        let a = &plan.addresses[&ip(addr)];
+        assert_eq!(a.not_eligible.get(&owner), Some(&reason), "{addr}");
+        assert_ne!(a.owner.as_deref(), Ok(owner.as_str()));
+        assert!(a.owner.is_ok(), "another node takes it");
+    }
+}
+
+#[test]
+fn the_exclusion_label_makes_a_node_ineligible_whatever_its_value() {
+    assert_node_loses(
+        |s, n| {
+            s.nodes.get_mut(n).unwrap().labels.insert(
+                ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB.into(),
+                String::new(),
+            );
+        },
+        NotEligible::Excluded,
+    );
+}
+
+#[test]
+fn network_unavailable_makes_a_node_ineligible() {
+    assert_node_loses(
+        |s, n| s.nodes.get_mut(n).unwrap().network_unavailable = true,
+        NotEligible::NetworkUnavailable,
+    );
+}
+
+#[test]
+fn node_selectors_that_miss_a_node_make_it_ineligible() {
+    assert_node_loses(
+        |s, n| {
+            let others: Vec<&str> = NODES.iter().copied().filter(|x| *x != n).collect();
+            s.l2_advertisements[0].node_selectors = others
+                .iter()
+                .map(|o| selector(&[("kubernetes.io/hostname", o)]))
+                .collect();
+        },
+        NotEligible::NodeSelectorMismatch,
+    );
+}
+
+#[test]
+fn a_dead_speaker_loses_its_addresses_and_only_them() {
+    let many: Vec<ServiceInfo> = (1..60)
+        .map(|i| {
+            svc(
+                &format!("s{i}"),
+                &[&format!("10.99.0.{i}")],
+                false,
+                vec![ready_on("node-c")],
+            )
+        })
+        .collect();
+    let s = cluster("node-a", many);
+    let before = plan_l2(&s);
+    let mut dead = s.clone();
+    dead.live_speakers.remove("node-b");
+    let after = plan_l2(&dead);
+    for (addr, b) in &before.addresses {
+        let a = &after.addresses[addr];
+        if b.owner.as_deref() == Ok("node-b") {
+            assert_eq!(a.owner.as_deref(), Ok(b.candidates[1].as_str()));
+        } else {
+            assert_eq!(a.owner, b.owner);
+        }
+        assert_eq!(
+            a.not_eligible.get("node-b"),
+            Some(&NotEligible::SpeakerNotLive)
+        );
+    }
+}
+
+#[test]
+fn with_local_policy_the_owner_always_has_a_local_endpoint_and_follows_the_endpoints() {
+    for home in NODES {
+        let s = cluster(
+            "node-a",
+            vec![svc("l", &["10.99.0.50"], true, vec![ready_on(home)])],
+        );
+        let a = &plan_l2(&s).addresses[&ip("10.99.0.50")];
+        assert_eq!(a.owner.as_deref(), Ok(home));
+        for other in NODES.iter().filter(|n| **n != home) {
+            assert_eq!(
+                a.not_eligible.get(*other),
+                Some(&NotEligible::NoLocalEndpoint)
+            );
+        }
+    }
+}
+
+#[test]
+fn endpoints_elsewhere_do_not_make_a_local_policy_node_eligible() {
+    let eps = vec![
+        ready_on("node-b"),
+        EndpointInfo {
+            node_name: None,
+            ..Default::default()
+        },
+    ];
+    let s = cluster("node-a", vec![svc("l", &["10.99.0.50"], true, eps)]);
+    let a = &plan_l2(&s).addresses[&ip("10.99.0.50")];
+    assert_eq!(a.candidates, vec!["node-b".to_string()]);
+}
+
+#[test]
+fn a_shared_address_needs_a_node_every_service_behind_it_can_use() {
+    let cluster_svc = svc("c", &["10.99.0.60"], false, vec![ready_on("node-a")]);
+    let local_svc = svc("l", &["10.99.0.60"], true, vec![ready_on("node-c")]);
+    let s = cluster("node-a", vec![cluster_svc, local_svc]);
+    let a = &plan_l2(&s).addresses[&ip("10.99.0.60")];
+    assert_eq!(a.services.len(), 2);
+    assert_eq!(a.owner.as_deref(), Ok("node-c"));
+}
+
+#[test]
+fn the_owner_answers_on_the_union_of_its_advertisements_interfaces() {
+    let mut s = cluster("node-a", vec![web()]);
+    s.l2_advertisements = vec![
+        L2AdvertisementInfo {
+            interfaces: vec!["eth1".into()],
+            ..Default::default()
+        },
+        L2AdvertisementInfo {
+            interfaces: vec!["eth2".into()],
+            ..Default::default()
+        },
+        L2AdvertisementInfo {
+            node_selectors: vec![selector(&[("kubernetes.io/hostname", "nowhere")])],
+            ..Default::default()
+        },
+    ];
+    let a = &plan_l2(&s).addresses[&ip("10.99.0.100")];
+    let want: BTreeSet<String> = ["eth1".into(), "eth2".into()].into();
+    assert_eq!(a.interfaces, Interfaces::Named(want));
+    s.l2_advertisements.push(L2AdvertisementInfo::default());
+    assert_eq!(
+        plan_l2(&s).addresses[&ip("10.99.0.100")].interfaces,
+        Interfaces::BySubnet
+    );
+}
+
+#[test]
+fn every_node_computes_a_partition_of_the_announced_addresses() {
+    let services: Vec<ServiceInfo> = (1..40)
+        .map(|i| {
+            svc(
+                &format!("s{i}"),
+                &[&format!("10.99.0.{i}"), &format!("fd00:99::{i:x}")],
+                i % 3 == 0,
+                vec![ready_on(NODES[i % 3]), ready_on(NODES[(i + 1) % 3])],
+            )
+        })
+        .collect();
+    let base = cluster("", services);
+    let mut seen: BTreeMap<IpAddr, Vec<&str>> = BTreeMap::new();
+    for n in NODES {
+        let plan = plan_l2(&Snapshot {
+            this_node: n.into(),
+            ..base.clone()
+        });
+        for addr in plan.owned.keys() {
+            seen.entry(*addr).or_default().push(n);
+        }
+    }
+    assert_eq!(seen.len(), 78);
+    assert!(seen.values().all(|v| v.len() == 1));
+}
+
+// --- conversions from API objects ---
+
+#[test]
+fn a_service_merges_the_endpoints_of_all_its_slices_and_ignores_others() {
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "10.99.0.100"}, {"ip": "fd00:99::100"}, {"hostname": "x"}]}}
+    }))
+    .unwrap();
+    let slice = |name: &str, ns: &str, svc: &str, node: &str, ready: bool| {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.1.0.1"], "nodeName": node, "conditions": {"ready": ready}}]
+        }))
+        .unwrap()
+    };
+    let slices = vec![
+        slice("web-1", "shop", "web", "node-a", true),
+        slice("web-2", "shop", "web", "node-b", false),
+        slice("api-1", "shop", "api", "node-c", true),
+        slice("web-x", "other", "web", "node-c", true),
+    ];
+    let info = service_info(
+        &svc,
+        &slices,
+        ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS,
+    )
+    .unwrap();
+    assert_eq!(info.key, ServiceKey::new("shop", "web"));
+    assert_eq!(info.ingress, vec![ip("10.99.0.100"), ip("fd00:99::100")]);
+    assert!(info.local_traffic_policy);
+    let nodes: Vec<_> = info
+        .endpoints
+        .iter()
+        .map(|e| (e.node_name.clone().unwrap(), e.usable()))
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![("node-a".into(), true), ("node-b".into(), false)]
+    );
+}
+
+#[test]
+fn services_of_another_class_or_type_are_not_planned() {
+    let mk = |spec: serde_json::Value| -> k8s_openapi::api::core::v1::Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "namespace": "d"},
+            "spec": spec,
+            "status": {"loadBalancer": {"ingress": [{"ip": "10.99.0.1"}]}}
+        }))
+        .unwrap()
+    };
+    let class = ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS;
+    assert!(service_info(&mk(serde_json::json!({"type": "LoadBalancer"})), &[], class).is_some());
+    assert!(
+        service_info(
+            &mk(serde_json::json!({"type": "LoadBalancer", "loadBalancerClass": class})),
+            &[],
+            class
+        )
+        .is_some()
+    );
+    assert!(
+        service_info(
+            &mk(serde_json::json!({"type": "LoadBalancer", "loadBalancerClass": "other.io/lb"})),
+            &[],
+            class
+        )
+        .is_none()
+    );
+    assert!(service_info(&mk(serde_json::json!({"type": "ClusterIP"})), &[], class).is_none());
+}
+
+#[test]
+fn a_node_condition_network_unavailable_true_is_read() {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "n1", "labels": {"zone": "a"}},
+        "status": {"conditions": [{"type": "NetworkUnavailable", "status": "True"}, {"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap();
+    let info = node_info(&node);
+    assert!(info.network_unavailable);
+    assert_eq!(info.labels.get("zone").map(String::as_str), Some("a"));
+}
+
+#[test]
+fn overlapping_pools_are_left_out_and_advertisements_keep_their_fields() {
+    let pool = |name: &str, ts: &str, addrs: &[&str]| -> ferrolb_api::v1beta1::IPAddressPool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "ferrolb.io/v1beta1", "kind": "IPAddressPool",
+            "metadata": {"name": name, "namespace": "ferrolb", "creationTimestamp": ts},
+            "spec": {"addresses": addrs}
+        }))
+        .unwrap()
+    };
+    let pools = pool_infos(&[
+        pool("old", "2025-01-01T00:00:00Z", &["10.99.0.0/24"]),
+        pool("new", "2025-06-01T00:00:00Z", &["10.99.0.128/25"]),
+    ]);
+    assert_eq!(
+        pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        vec!["old"]
+    );
+    assert!(pools[0].contains(ip("10.99.0.255")));
+    assert!(!pools[0].contains(ip("10.99.1.0")));
+    let adv: ferrolb_api::v1beta1::L2Advertisement = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ferrolb.io/v1beta1", "kind": "L2Advertisement",
+        "metadata": {"name": "a", "namespace": "ferrolb"},
+        "spec": {"ipAddressPools": ["old"], "interfaces": ["eth0"],
+                 "nodeSelectors": [{"matchLabels": {"zone": "a"}}]}
+    }))
+    .unwrap();
+    let info = l2_advertisement_info(&adv);
+    assert_eq!(info.pools, vec!["old".to_string()]);
+    assert_eq!(info.interfaces, vec!["eth0".to_string()]);
+    assert_eq!(info.node_selectors.len(), 1);
+}
