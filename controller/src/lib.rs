@@ -1,1 +1,3 @@
-//! placeholder
+//! FerroLB controller: the pure IP allocator and its Kubernetes shell.
+
+pub mod allocator;
