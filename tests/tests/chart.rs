@@ -1,0 +1,828 @@
+//! The Helm chart as real Helm renders it: lint, template, and what the rendered objects grant.
+//!
+//! Helm comes from PyPI's `helm-python-sdk` (Helm's Go library behind a C ABI) through
+//! `charts/tests/render.py`, which runs `helm lint --strict` and then `helm template` offline. Each
+//! test renders the default values and every documented variant in `charts/ferrolb/ci/`. When
+//! python3 or the package is missing the tests print why and pass without checking anything; set
+//! `FERROLB_REQUIRE_HELM=1` (as CI should) to make that a failure instead.
+
+#[path = "chart/crd_schema.rs"]
+mod crd_schema;
+#[path = "chart/render.rs"]
+mod render;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crd_schema::{crd_schemas, schema_mismatches};
+use render::{
+    HelmRun, Objects, args, chart_dir, chart_yaml, env, field_ref, flag, only_container,
+    parse_objects, render_or_skip, run_render, skip, variant, variants, workspace,
+};
+
+// ---------------------------------------------------------------------------------------------
+// What the binaries use. These tables are the reference the chart is checked against; the API
+// calls and flags recorded from the real binaries are to be checked against the same tables.
+// ---------------------------------------------------------------------------------------------
+
+/// Where a permission is granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Scope {
+    /// A ClusterRole bound by a ClusterRoleBinding.
+    Cluster,
+    /// A Role bound by a RoleBinding in the install namespace.
+    InstallNamespace,
+}
+
+/// One kind of API call a binary makes: on `resource` (or `resource/subresource`) of `group`.
+struct ApiCall {
+    scope: Scope,
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+}
+
+const fn call(
+    scope: Scope,
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+) -> ApiCall {
+    ApiCall {
+        scope,
+        group,
+        resource,
+        verbs,
+    }
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const EVENTS: &[&str] = &["create", "patch"];
+const STATUS_WRITE: &[&str] = &["patch", "update"];
+const STATUS_PATCH: &[&str] = &["patch"];
+const OWN: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+
+use Scope::{Cluster, InstallNamespace as Ns};
+
+/// The API calls `ferrolb-controller` makes.
+const CONTROLLER_API_CALLS: &[ApiCall] = &[
+    call(Cluster, "", "services", READ),
+    call(Cluster, "", "services/status", STATUS_WRITE),
+    call(Cluster, "", "namespaces", READ),
+    call(Cluster, "", "events", EVENTS),
+    call(Cluster, "events.k8s.io", "events", EVENTS),
+    call(
+        Ns,
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    ),
+    call(Ns, "ferrolb.io", "ipaddresspools", READ),
+    call(Ns, "ferrolb.io", "ipaddresspools/status", STATUS_WRITE),
+    call(Ns, "ferrolb.io", "l2advertisements", READ),
+    call(Ns, "ferrolb.io", "l2advertisements/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "bgpadvertisements", READ),
+    call(Ns, "ferrolb.io", "bgpadvertisements/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "bgppeers", READ),
+    call(Ns, "ferrolb.io", "bgppeers/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "communities", READ),
+    call(Ns, "ferrolb.io", "communities/status", STATUS_PATCH),
+];
+
+/// The API calls `ferrolb-speaker` makes.
+const SPEAKER_API_CALLS: &[ApiCall] = &[
+    call(Cluster, "", "services", READ),
+    call(Cluster, "discovery.k8s.io", "endpointslices", READ),
+    call(Cluster, "", "nodes", READ),
+    call(Cluster, "", "events", EVENTS),
+    call(Cluster, "events.k8s.io", "events", EVENTS),
+    call(Ns, "", "pods", READ),
+    call(Ns, "", "secrets", READ),
+    call(Ns, "ferrolb.io", "ipaddresspools", READ),
+    call(Ns, "ferrolb.io", "l2advertisements", READ),
+    call(Ns, "ferrolb.io", "bgpadvertisements", READ),
+    call(Ns, "ferrolb.io", "bgppeers", READ),
+    call(Ns, "ferrolb.io", "communities", READ),
+    call(Ns, "ferrolb.io", "servicel2statuses", OWN),
+    call(Ns, "ferrolb.io", "servicel2statuses/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "servicebgpstatuses", OWN),
+    call(Ns, "ferrolb.io", "servicebgpstatuses/status", STATUS_PATCH),
+];
+
+/// The command-line flags `ferrolb-controller` defines.
+const CONTROLLER_FLAGS: &[&str] = &[
+    "--namespace",
+    "--load-balancer-class",
+    "--ignore-unclassed",
+    "--log-level",
+    "--log-format",
+    "--metrics-addr",
+    "--lease-name",
+    "--lease-duration",
+    "--renew-deadline",
+    "--retry-period",
+    "--default-ip-mode",
+];
+
+/// The command-line flags `ferrolb-speaker` defines.
+const SPEAKER_FLAGS: &[&str] = &[
+    "--node-name",
+    "--namespace",
+    "--metrics-addr",
+    "--log-level",
+    "--log-format",
+    "--enable-l2",
+    "--enable-bgp",
+    "--gossip-port",
+    "--gossip-secret",
+    "--load-balancer-class",
+];
+
+/// The values variants the chart documents, one file each in `charts/ferrolb/ci/`.
+const VARIANTS: &[&str] = &[
+    "bgp-only",
+    "l2-only",
+    "monitoring",
+    "proxy-mode",
+    "tolerations",
+];
+
+const NAMESPACE: &str = "ferrolb-system";
+
+fn expected_grants(calls: &[ApiCall]) -> BTreeSet<(Scope, String, String, String)> {
+    calls
+        .iter()
+        .flat_map(|c| {
+            c.verbs.iter().map(|verb| {
+                (
+                    c.scope,
+                    c.group.to_owned(),
+                    c.resource.to_owned(),
+                    (*verb).to_owned(),
+                )
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn every_documented_values_variant_has_a_file_and_passes_strict_lint() {
+    let mut files: Vec<String> = std::fs::read_dir(chart_dir().join("ci"))
+        .expect("charts/ferrolb/ci exists")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    files.sort();
+    let documented: Vec<String> = VARIANTS
+        .iter()
+        .map(|v| format!("{v}-values.yaml"))
+        .collect();
+    assert_eq!(
+        files, documented,
+        "every ci/*-values.yaml file is a documented, tested variant"
+    );
+    // Rendering runs `helm lint --strict` first and fails on any warning.
+    let Some(all) = variants() else { return };
+    assert_eq!(all.len(), VARIANTS.len() + 1);
+}
+
+#[test]
+fn every_variant_renders_both_binaries_their_accounts_rbac_and_metrics_services() {
+    let Some(all) = variants() else { return };
+    for (name, objects) in all {
+        objects.controller();
+        objects.speaker();
+        let mut accounts: Vec<_> = objects
+            .service_accounts
+            .iter()
+            .filter_map(|a| a.metadata.name.clone())
+            .collect();
+        accounts.sort();
+        assert_eq!(
+            accounts,
+            ["ferrolb-controller", "ferrolb-speaker"],
+            "{name}"
+        );
+        assert_eq!(objects.cluster_roles.len(), 2, "{name}");
+        assert_eq!(objects.roles.len(), 2, "{name}");
+        assert_eq!(
+            objects.services.len(),
+            2,
+            "{name}: one metrics Service per binary"
+        );
+        assert_eq!(objects.secrets.len(), 1, "{name}: the gossip Secret");
+    }
+}
+
+#[test]
+fn rbac_bound_to_each_binary_is_exactly_the_api_calls_it_makes() {
+    let Some(all) = variants() else { return };
+    for (name, objects) in all {
+        for (account, calls) in [
+            ("ferrolb-controller", CONTROLLER_API_CALLS),
+            ("ferrolb-speaker", SPEAKER_API_CALLS),
+        ] {
+            let granted = objects.grants(account);
+            let expected = expected_grants(calls);
+            let extra: Vec<_> = granted.difference(&expected).collect();
+            let missing: Vec<_> = expected.difference(&granted).collect();
+            assert!(
+                extra.is_empty() && missing.is_empty(),
+                "{name}: {account} is granted more than it uses: {extra:?}; \
+                 and lacks what it uses: {missing:?}"
+            );
+        }
+        let pods = [objects.controller_pod(), objects.speaker_pod()];
+        let accounts: Vec<_> = pods
+            .iter()
+            .map(|p| p.service_account_name.as_deref())
+            .collect();
+        assert_eq!(
+            accounts,
+            [Some("ferrolb-controller"), Some("ferrolb-speaker")],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn speaker_capabilities_are_exactly_net_raw_and_net_admin() {
+    let Some(all) = variants() else { return };
+    for (name, objects) in all {
+        let pod = objects.speaker_pod();
+        assert_eq!(
+            pod.host_network,
+            Some(true),
+            "{name}: the speaker uses the node's network"
+        );
+        assert!(
+            pod.host_pid.is_none() && pod.host_ipc.is_none(),
+            "{name}: no host PID/IPC"
+        );
+        assert!(
+            pod.volumes.is_none(),
+            "{name}: the speaker mounts nothing from the host"
+        );
+        let security = only_container(pod)
+            .security_context
+            .as_ref()
+            .expect("securityContext");
+        let capabilities = security.capabilities.as_ref().expect("capabilities");
+        let mut added = capabilities.add.clone().unwrap_or_default();
+        added.sort();
+        assert_eq!(added, ["NET_ADMIN", "NET_RAW"], "{name}");
+        assert_eq!(
+            capabilities.drop.as_deref(),
+            Some(&["ALL".to_owned()][..]),
+            "{name}"
+        );
+        assert_ne!(security.privileged, Some(true), "{name}");
+        assert_eq!(security.allow_privilege_escalation, Some(false), "{name}");
+        assert_eq!(security.read_only_root_filesystem, Some(true), "{name}");
+    }
+}
+
+#[test]
+fn controller_runs_as_non_root_with_a_read_only_root_filesystem_and_no_capabilities() {
+    let Some(all) = variants() else { return };
+    for (name, objects) in all {
+        let pod = objects.controller_pod();
+        let pod_security = pod.security_context.as_ref().expect("pod securityContext");
+        assert_eq!(pod_security.run_as_non_root, Some(true), "{name}");
+        assert!(
+            pod_security.run_as_user.is_some_and(|uid| uid != 0),
+            "{name}: a non-zero uid"
+        );
+        let seccomp = pod_security
+            .seccomp_profile
+            .as_ref()
+            .expect("seccompProfile");
+        assert_eq!(seccomp.type_, "RuntimeDefault", "{name}");
+        assert_ne!(pod.host_network, Some(true), "{name}");
+        let security = only_container(pod)
+            .security_context
+            .as_ref()
+            .expect("securityContext");
+        assert_eq!(security.read_only_root_filesystem, Some(true), "{name}");
+        assert_eq!(security.allow_privilege_escalation, Some(false), "{name}");
+        assert_ne!(security.run_as_user, Some(0), "{name}");
+        let capabilities = security.capabilities.as_ref().expect("capabilities");
+        assert!(
+            capabilities.add.is_none(),
+            "{name}: the controller adds no capability"
+        );
+        assert_eq!(
+            capabilities.drop.as_deref(),
+            Some(&["ALL".to_owned()][..]),
+            "{name}"
+        );
+        let replicas = objects.controller().spec.as_ref().and_then(|s| s.replicas);
+        assert_eq!(
+            replicas,
+            Some(2),
+            "{name}: a standby replica behind the leader Lease"
+        );
+    }
+}
+
+#[test]
+fn rendered_arguments_are_only_flags_the_binaries_define() {
+    let Some(all) = variants() else { return };
+    for (name, objects) in all {
+        for (binary, container, flags) in [
+            (
+                "controller",
+                only_container(objects.controller_pod()),
+                CONTROLLER_FLAGS,
+            ),
+            (
+                "speaker",
+                only_container(objects.speaker_pod()),
+                SPEAKER_FLAGS,
+            ),
+        ] {
+            assert!(
+                container.command.is_none(),
+                "{name}: {binary} runs the image's entrypoint"
+            );
+            for arg in args(container) {
+                let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+                assert!(
+                    flags.contains(&flag),
+                    "{name}: {binary} has no flag {flag} ({arg})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn speaker_learns_its_node_and_namespace_from_the_downward_api() {
+    let Some(objects) = variant("default") else {
+        return;
+    };
+    let speaker = only_container(objects.speaker_pod());
+    assert_eq!(
+        env(speaker, "NODE_NAME").and_then(field_ref),
+        Some("spec.nodeName")
+    );
+    assert_eq!(
+        env(speaker, "POD_NAMESPACE").and_then(field_ref),
+        Some("metadata.namespace")
+    );
+    let controller = only_container(objects.controller_pod());
+    assert_eq!(
+        env(controller, "POD_NAMESPACE").and_then(field_ref),
+        Some("metadata.namespace")
+    );
+}
+
+#[test]
+fn controller_probes_and_metrics_services_use_the_ports_the_binaries_listen_on() {
+    let Some(objects) = variant("default") else {
+        return;
+    };
+    let controller = only_container(objects.controller_pod());
+    assert_eq!(flag(controller, "--metrics-addr"), Some("0.0.0.0:7472"));
+    for (probe, path) in [
+        (&controller.liveness_probe, "/healthz"),
+        (&controller.readiness_probe, "/readyz"),
+    ] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("an HTTP probe");
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into())
+        );
+    }
+    let speaker = only_container(objects.speaker_pod());
+    assert_eq!(flag(speaker, "--metrics-addr"), Some("0.0.0.0:7473"));
+    for (container, port) in [(controller, 7472), (speaker, 7473)] {
+        let named = container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some("metrics"));
+        assert_eq!(named.map(|p| p.container_port), Some(port));
+    }
+    let mut service_ports: Vec<_> = objects
+        .services
+        .iter()
+        .map(|s| {
+            let spec = s.spec.as_ref().expect("Service spec");
+            let selector = spec.selector.as_ref().expect("a selector");
+            let component = selector["app.kubernetes.io/component"].clone();
+            (component, spec.ports.as_ref().expect("ports")[0].port)
+        })
+        .collect();
+    service_ports.sort();
+    assert_eq!(
+        service_ports,
+        [
+            ("controller".to_owned(), 7472),
+            ("speaker".to_owned(), 7473)
+        ]
+    );
+}
+
+#[test]
+fn layer2_and_bgp_switches_reach_the_speaker() {
+    for (variant_name, l2, bgp) in [
+        ("default", "true", "true"),
+        ("l2-only", "true", "false"),
+        ("bgp-only", "false", "true"),
+    ] {
+        let Some(objects) = variant(variant_name) else {
+            return;
+        };
+        let speaker = only_container(objects.speaker_pod());
+        assert_eq!(flag(speaker, "--enable-l2"), Some(l2), "{variant_name}");
+        assert_eq!(flag(speaker, "--enable-bgp"), Some(bgp), "{variant_name}");
+    }
+}
+
+#[test]
+fn disabling_both_layer2_and_bgp_is_refused() {
+    let run = run_render(&[
+        "--set-json",
+        r#"l2={"enabled":false}"#,
+        "--set-json",
+        r#"bgp={"enabled":false}"#,
+    ]);
+    match run {
+        HelmRun::Refused(why) => assert!(why.contains("enable at least one"), "{why}"),
+        HelmRun::Rendered(_) => panic!("a speaker that announces nothing was rendered"),
+        HelmRun::Unavailable(why) => {
+            skip::<()>(&why);
+        }
+    }
+}
+
+#[test]
+fn proxy_mode_variant_sets_ip_mode_class_and_logging_on_the_controller() {
+    let Some(objects) = variant("proxy-mode") else {
+        return;
+    };
+    let controller = only_container(objects.controller_pod());
+    assert_eq!(flag(controller, "--default-ip-mode"), Some("Proxy"));
+    assert_eq!(
+        flag(controller, "--load-balancer-class"),
+        Some("example.com/edge")
+    );
+    assert_eq!(flag(controller, "--ignore-unclassed"), Some(""));
+    assert_eq!(flag(controller, "--log-format"), Some("json"));
+    let speaker = only_container(objects.speaker_pod());
+    assert_eq!(
+        flag(speaker, "--load-balancer-class"),
+        Some("example.com/edge")
+    );
+    assert_eq!(flag(speaker, "--log-level"), Some("debug"));
+    let Some(defaults) = variant("default") else {
+        return;
+    };
+    let controller = only_container(defaults.controller_pod());
+    assert_eq!(flag(controller, "--default-ip-mode"), Some("VIP"));
+    assert_eq!(flag(controller, "--ignore-unclassed"), None);
+}
+
+#[test]
+fn control_plane_toleration_is_added_only_when_asked() {
+    let control_plane = |objects: &Objects| {
+        objects.speaker_pod().tolerations.iter().flatten().any(|t| {
+            t.key.as_deref() == Some("node-role.kubernetes.io/control-plane")
+                && t.operator.as_deref() == Some("Exists")
+        })
+    };
+    let Some(defaults) = variant("default") else {
+        return;
+    };
+    assert!(!control_plane(defaults));
+    let Some(tolerating) = variant("tolerations") else {
+        return;
+    };
+    assert!(control_plane(tolerating));
+    let pod = tolerating.speaker_pod();
+    let keys: Vec<_> = pod
+        .tolerations
+        .iter()
+        .flatten()
+        .filter_map(|t| t.key.as_deref())
+        .collect();
+    assert_eq!(
+        keys,
+        ["node-role.kubernetes.io/control-plane", "example.com/edge"]
+    );
+    let selector = pod.node_selector.as_ref().expect("a node selector");
+    assert_eq!(
+        selector.get("example.com/edge").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+}
+
+#[test]
+fn monitoring_objects_appear_only_when_enabled() {
+    let Some(all) = variants() else { return };
+    for (name, objects) in all {
+        let kinds: Vec<_> = objects
+            .monitoring
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap_or_default())
+            .collect();
+        if name == "monitoring" {
+            assert_eq!(kinds, ["PrometheusRule", "ServiceMonitor"], "{name}");
+        } else {
+            assert!(kinds.is_empty(), "{name} renders {kinds:?}");
+        }
+    }
+}
+
+#[test]
+fn alerts_cover_pool_usage_bgp_sessions_and_unannounced_addresses() {
+    let Some(objects) = variant("monitoring") else {
+        return;
+    };
+    let rule = objects
+        .monitoring
+        .iter()
+        .find(|o| o["kind"] == "PrometheusRule")
+        .expect("a rule");
+    let alerts: Vec<&Value> = rule["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules"))
+        .collect();
+    let pool: BTreeMap<&str, &str> = alerts
+        .iter()
+        .filter(|a| a["alert"] == "FerroLBAddressPoolUsageHigh")
+        .map(|a| {
+            (
+                a["labels"]["severity"].as_str().unwrap(),
+                a["expr"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for (severity, threshold) in [("info", "75"), ("warning", "85"), ("critical", "95")] {
+        let expr = pool
+            .get(severity)
+            .unwrap_or_else(|| panic!("a {severity} pool alert"));
+        assert!(
+            expr.contains("ferrolb_address_pool_addresses_in_use"),
+            "{expr}"
+        );
+        assert!(
+            expr.contains("ferrolb_address_pool_addresses_total"),
+            "{expr}"
+        );
+        assert!(expr.trim().ends_with(&format!("> {threshold}")), "{expr}");
+    }
+    let expr = |name: &str| {
+        alerts
+            .iter()
+            .find(|a| a["alert"] == name)
+            .and_then(|a| a["expr"].as_str())
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    assert_eq!(expr("FerroLBBGPSessionDown"), "ferrolb_bgp_session_up == 0");
+    let unannounced = expr("FerroLBAddressNotAnnounced");
+    assert!(
+        unannounced.contains("ferrolb_service_address_assigned") && unannounced.contains("unless")
+    );
+    for alert in &alerts {
+        assert!(alert["annotations"]["summary"].is_string(), "{alert}");
+        assert!(
+            alert["annotations"]["summary"]
+                .as_str()
+                .unwrap()
+                .contains("{{ $labels."),
+            "{alert}"
+        );
+    }
+    let monitor = objects
+        .monitoring
+        .iter()
+        .find(|o| o["kind"] == "ServiceMonitor")
+        .expect("a monitor");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "15s");
+}
+
+#[test]
+fn a_typo_in_values_fails_rendering_at_every_level() {
+    for typo in [
+        r#"loadBalancerClas="example.com/x""#,
+        r#"speaker={"tolerateControlPlan":true}"#,
+        r#"controller={"image":{"tags":"v1"}}"#,
+        r#"metrics={"prometheusRule":{"addressPoolUsage":{"warn":80}}}"#,
+        r#"speaker={"tolerations":[{"key":"a","operater":"Exists"}]}"#,
+        r#"controller={"resources":{"requets":{"cpu":"1"}}}"#,
+        r#"log={"level":"verbose"}"#,
+        r#"ipMode="proxy""#,
+    ] {
+        match run_render(&["--set-json", typo]) {
+            HelmRun::Refused(why) => assert!(why.contains("schema"), "{typo}: {why}"),
+            HelmRun::Rendered(_) => panic!("values with a typo were accepted: {typo}"),
+            HelmRun::Unavailable(why) => {
+                skip::<()>(&why);
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn gossip_secret_holds_a_fresh_32_byte_key_that_the_speaker_is_pointed_at() {
+    let Some(all) = variants() else { return };
+    let mut keys = BTreeSet::new();
+    for (name, objects) in all {
+        let secret = &objects.secrets[0];
+        let key = &secret.data.as_ref().expect("data")["secretkey"].0;
+        assert_eq!(key.len(), 32, "{name}");
+        keys.insert(key.clone());
+        let speaker = only_container(objects.speaker_pod());
+        assert_eq!(
+            flag(speaker, "--gossip-secret"),
+            secret.metadata.name.as_deref(),
+            "{name}"
+        );
+        assert_eq!(secret.metadata.namespace.as_deref(), Some(NAMESPACE));
+    }
+    assert_eq!(
+        keys.len(),
+        all.len(),
+        "each fresh install gets its own random key"
+    );
+    let Some(yaml) = render_or_skip(&[
+        "--set-json",
+        r#"speaker={"memberlist":{"existingSecret":"mine"}}"#,
+    ]) else {
+        return;
+    };
+    let objects = parse_objects(&yaml);
+    assert!(
+        objects.secrets.is_empty(),
+        "an existing Secret is used, not created"
+    );
+    assert_eq!(
+        flag(only_container(objects.speaker_pod()), "--gossip-secret"),
+        Some("mine")
+    );
+}
+
+#[test]
+fn default_images_are_the_dockerfile_stages_tagged_with_the_workspace_version() {
+    let chart = chart_yaml();
+    assert_eq!(
+        chart["appVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "appVersion follows the workspace"
+    );
+    let dockerfile = std::fs::read_to_string(workspace().join("Dockerfile")).expect("Dockerfile");
+    for stage in ["controller", "speaker"] {
+        assert!(
+            dockerfile.contains(&format!(" AS {stage}\n")),
+            "a `{stage}` stage"
+        );
+        assert!(dockerfile.contains(&format!("ENTRYPOINT [\"/usr/local/bin/ferrolb-{stage}\"]")));
+        assert!(dockerfile.contains(&format!(
+            "-t ghcr.io/ferrolb/ferrolb-{stage}:{}",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+    let Some(objects) = variant("default") else {
+        return;
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    for (pod, image) in [
+        (objects.controller_pod(), "controller"),
+        (objects.speaker_pod(), "speaker"),
+    ] {
+        let want = format!("ghcr.io/ferrolb/ferrolb-{image}:{version}");
+        assert_eq!(only_container(pod).image.as_deref(), Some(want.as_str()));
+    }
+}
+
+#[test]
+fn objects_are_named_after_the_release_and_live_in_its_namespace() {
+    let Some(yaml) = render_or_skip(&["--release", "edge"]) else {
+        return;
+    };
+    let objects = parse_objects(&yaml);
+    assert_eq!(
+        objects.controller().metadata.name.as_deref(),
+        Some("edge-ferrolb-controller")
+    );
+    let speaker = only_container(objects.speaker_pod());
+    assert_eq!(
+        flag(speaker, "--gossip-secret"),
+        Some("edge-ferrolb-memberlist")
+    );
+    let controller = only_container(objects.controller_pod());
+    assert_eq!(
+        flag(controller, "--lease-name"),
+        Some("edge-ferrolb-controller")
+    );
+    let namespaced = objects
+        .deployments
+        .iter()
+        .map(|o| &o.metadata)
+        .chain(objects.daemon_sets.iter().map(|o| &o.metadata))
+        .chain(objects.service_accounts.iter().map(|o| &o.metadata))
+        .chain(objects.services.iter().map(|o| &o.metadata))
+        .chain(objects.secrets.iter().map(|o| &o.metadata))
+        .chain(objects.roles.iter().map(|o| &o.metadata))
+        .chain(objects.role_bindings.iter().map(|o| &o.metadata));
+    for meta in namespaced {
+        assert_eq!(
+            meta.namespace.as_deref(),
+            Some(NAMESPACE),
+            "{:?}",
+            meta.name
+        );
+    }
+    // Two installs in different namespaces must not share cluster-wide objects.
+    for role in &objects.cluster_roles {
+        let name = role.metadata.name.as_deref().unwrap_or_default();
+        assert!(name.starts_with(&format!("{NAMESPACE}:")), "{name}");
+    }
+}
+
+#[test]
+fn notes_give_a_ready_pool_and_advertisement_that_fit_the_crds() {
+    let schemas = crd_schemas();
+    for (variant_name, kinds) in [
+        ("default", &["IPAddressPool", "L2Advertisement"][..]),
+        (
+            "bgp-only",
+            &["IPAddressPool", "BGPPeer", "BGPAdvertisement"][..],
+        ),
+    ] {
+        let file = chart_dir().join(format!("ci/{variant_name}-values.yaml"));
+        let mut args = vec!["--notes"];
+        if variant_name != "default" {
+            args.extend(["-f", file.to_str().expect("UTF-8 path")]);
+        }
+        let Some(notes) = render_or_skip(&args) else {
+            return;
+        };
+        let example = notes
+            .split_once("kubectl apply -f -\n")
+            .and_then(|(_, rest)| rest.split_once("\nYAML\n"))
+            .map(|(yaml, _)| yaml)
+            .unwrap_or_else(|| panic!("{variant_name}: NOTES carry a heredoc to apply:\n{notes}"));
+        let mut found = Vec::new();
+        for document in serde_norway::Deserializer::from_str(example) {
+            let object = Value::deserialize(document).expect("the example parses");
+            let kind = object["kind"].as_str().expect("a kind").to_owned();
+            let (api_version, schema) = schemas
+                .get(&kind)
+                .unwrap_or_else(|| panic!("no CRD for {kind}"));
+            assert_eq!(
+                object["apiVersion"],
+                api_version.as_str(),
+                "{variant_name} {kind}"
+            );
+            assert_eq!(
+                object["metadata"]["namespace"], NAMESPACE,
+                "{variant_name} {kind}"
+            );
+            let mut mismatches = Vec::new();
+            schema_mismatches(schema, &object["spec"], "spec", &mut mismatches);
+            assert!(
+                mismatches.is_empty(),
+                "{variant_name} {kind}: {mismatches:?}"
+            );
+            found.push(kind);
+        }
+        assert_eq!(found, kinds, "{variant_name}");
+        let status = if variant_name == "default" {
+            "servicel2statuses"
+        } else {
+            "servicebgpstatuses"
+        };
+        assert!(
+            notes.contains(&format!("kubectl get {status} -n {NAMESPACE}")),
+            "{notes}"
+        );
+    }
+}
