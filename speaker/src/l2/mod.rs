@@ -2,9 +2,20 @@
 //! frame parsing and building (all pure), and the pnet responder shell that applies them.
 //!
 //! # Layout
-//! - [`election`]: which node owns an address (rendezvous hashing).
-//! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address.
-//! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building.
+//! - [`election`]: which node owns an address (rendezvous hashing). Pure.
+//! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address. Pure.
+//! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building. Pure.
+//! - [`iface`]: which interfaces answer for an address. Pure, plus one reader of the host.
+//! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
 pub mod election;
 pub mod frame;
+pub mod iface;
+pub mod responder;
 pub mod schedule;
+
+mod counters;
+mod error;
+
+pub use counters::CounterSnapshot;
+pub use error::L2Error;
+pub use responder::Responder;
