@@ -380,7 +380,7 @@ impl Session {
     }
 
     fn our_open(&self, local: SocketAddr) -> Open {
-        let families = vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST];
+        let families = [Family::IPV4_UNICAST, Family::IPV6_UNICAST];
         let mut capabilities: Vec<Capability> = families
             .iter()
             .map(|f| Capability::Multiprotocol(*f))

@@ -7,11 +7,15 @@
 //! - [`fsm`]: the RFC 4271 session state machine, pure.
 //! - [`error`]: every session error, each one the NOTIFICATION it sends.
 //! - [`config`]: plain data for peers and advertisements.
+//! - [`speaker`] ([`BgpSpeaker`]), `peer` (one task per session), [`socket`]: the tokio shell.
 pub mod config;
 pub mod error;
 pub mod fsm;
 pub mod open;
+mod peer;
 pub mod rib;
+pub mod socket;
+pub mod speaker;
 pub mod update;
 pub mod update_check;
 pub mod wire;
@@ -21,3 +25,5 @@ pub use config::{
 };
 pub use error::{CeaseReason, Notification, SessionError};
 pub use fsm::{Event, Input, Output, Session, State, Timer};
+pub use peer::PeerStatus;
+pub use speaker::BgpSpeaker;

@@ -169,10 +169,10 @@ fn check_attribute(
     match type_code {
         attr::ORIGIN if value[0] > 2 => return Err(SessionError::InvalidOrigin),
         attr::AS_PATH => check_as_path(value, asn_size)?,
-        attr::COMMUNITIES if value.len() % 4 != 0 => {
+        attr::COMMUNITIES if !value.len().is_multiple_of(4) => {
             return Err(SessionError::AttributeLength { type_code });
         }
-        attr::LARGE_COMMUNITIES if value.len() % 12 != 0 => {
+        attr::LARGE_COMMUNITIES if !value.len().is_multiple_of(12) => {
             return Err(SessionError::AttributeLength { type_code });
         }
         attr::MP_REACH => {

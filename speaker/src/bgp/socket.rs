@@ -1,0 +1,112 @@
+//! Opening a session's TCP connection: source address, TTL and TCP-MD5 (RFC 2385). I/O.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+
+use tokio::net::{TcpSocket, TcpStream};
+
+use super::config::PeerConfig;
+
+/// Longest TCP-MD5 key Linux accepts (TCP_MD5SIG_MAXKEYLEN).
+pub const MAX_MD5_KEY_LEN: usize = 80;
+
+/// Connects to the peer from the configured source address, with the session's TTL and, when a
+/// password is set, TCP-MD5 signatures.
+pub async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
+    let remote = SocketAddr::new(config.peer_address, config.peer_port);
+    let socket = match remote {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    let sock = socket2::SockRef::from(&socket);
+    match remote {
+        SocketAddr::V4(_) => sock.set_ttl_v4(u32::from(config.ttl()))?,
+        SocketAddr::V6(_) => sock.set_unicast_hops_v6(u32::from(config.ttl()))?,
+    }
+    sock.set_tcp_nodelay(true)?;
+    if let Some(password) = &config.password {
+        set_tcp_md5sig(socket.as_raw_fd(), config.peer_address, password.as_bytes())?;
+    }
+    if let Some(source) = config.source_address {
+        socket.bind(SocketAddr::new(source, 0))?;
+    }
+    socket.connect(remote).await
+}
+
+/// Builds a Linux `struct tcp_md5sig` (linux/tcp.h): a 128-byte `sockaddr_storage` with the
+/// peer's address, flags, prefix length, key length, interface index and an 80-byte key.
+fn md5sig_bytes(peer: IpAddr, key: &[u8]) -> io::Result<[u8; 216]> {
+    if key.len() > MAX_MD5_KEY_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "TCP-MD5 password is {} bytes; Linux accepts at most 80",
+                key.len()
+            ),
+        ));
+    }
+    let mut b = [0u8; 216];
+    match peer {
+        IpAddr::V4(a) => {
+            b[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            b[4..8].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            b[8..24].copy_from_slice(&a.octets());
+        }
+    }
+    b[130..132].copy_from_slice(&(key.len() as u16).to_ne_bytes());
+    b[136..136 + key.len()].copy_from_slice(key);
+    Ok(b)
+}
+
+/// Installs a TCP-MD5 key for `peer` on a socket that has not connected yet.
+#[allow(unsafe_code)] // setsockopt(TCP_MD5SIG) has no safe wrapper in std, tokio or socket2.
+fn set_tcp_md5sig(fd: RawFd, peer: IpAddr, key: &[u8]) -> io::Result<()> {
+    let value = md5sig_bytes(peer, key)?;
+    // SAFETY: `value` is an initialised buffer of exactly the length passed, alive for the whole
+    // call; the kernel only reads it. `fd` is an open socket owned by the caller.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MD5SIG,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_md5_struct_carries_family_address_and_key_where_linux_reads_them() {
+        let b = md5sig_bytes("10.99.0.2".parse().unwrap(), b"secret").unwrap();
+        assert_eq!(u16::from_ne_bytes([b[0], b[1]]), libc::AF_INET as u16);
+        assert_eq!(&b[4..8], &[10, 99, 0, 2]);
+        assert_eq!(u16::from_ne_bytes([b[130], b[131]]), 6);
+        assert_eq!(&b[136..142], b"secret");
+    }
+
+    #[test]
+    fn an_md5_key_longer_than_80_bytes_is_refused() {
+        assert!(md5sig_bytes("10.99.0.2".parse().unwrap(), &[b'x'; 81]).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_kernel_accepts_our_md5_struct() {
+        let s = TcpSocket::new_v4().unwrap();
+        set_tcp_md5sig(s.as_raw_fd(), "10.99.0.2".parse().unwrap(), b"secret").unwrap();
+        let s6 = TcpSocket::new_v6().unwrap();
+        set_tcp_md5sig(s6.as_raw_fd(), "fd00:99::2".parse().unwrap(), b"secret").unwrap();
+    }
+}

@@ -1,0 +1,127 @@
+//! [`BgpSpeaker`]: the handle the rest of the speaker uses, one task per configured peer. I/O.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::config::{Advertisement, PeerConfig, PeerId};
+use super::error::CeaseReason;
+use super::peer::{PeerStatus, PeerTask};
+
+struct PeerHandle {
+    config: PeerConfig,
+    stop: watch::Sender<Option<CeaseReason>>,
+    status: watch::Receiver<PeerStatus>,
+    task: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Inner {
+    peers: HashMap<PeerId, PeerHandle>,
+    advertisements: HashMap<PeerId, watch::Sender<Arc<Vec<Advertisement>>>>,
+}
+
+/// Runs the BGP sessions of this node. Cheap to share behind an `Arc`; every method may be called
+/// from any task of the tokio runtime it was created in.
+///
+/// # Guarantees
+/// - Each configured peer has exactly one task, which reconnects with back-off until removed.
+/// - Advertisements are declarative: the last set given for a peer is what it ends up with, also
+///   when it is given before the peer is configured or while the session is down.
+#[derive(Default)]
+pub struct BgpSpeaker {
+    inner: Mutex<Inner>,
+}
+
+impl BgpSpeaker {
+    /// A speaker with no peers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the configured peers exactly `peers`: new ones start, removed ones end with Cease
+    /// "peer de-configured", changed ones restart with Cease "other configuration change".
+    /// Must be called within a tokio runtime.
+    pub fn set_peers(&self, peers: Vec<PeerConfig>) {
+        let mut inner = self.lock();
+        let wanted: HashMap<PeerId, PeerConfig> =
+            peers.into_iter().map(|p| (p.id.clone(), p)).collect();
+        let current: Vec<PeerId> = inner.peers.keys().cloned().collect();
+        for id in current {
+            let keep = wanted.get(&id) == inner.peers.get(&id).map(|h| &h.config);
+            if !keep && let Some(h) = inner.peers.remove(&id) {
+                let reason = if wanted.contains_key(&id) {
+                    CeaseReason::OtherConfigurationChange
+                } else {
+                    CeaseReason::PeerDeconfigured
+                };
+                let _ = h.stop.send(Some(reason));
+            }
+        }
+        for (id, config) in wanted {
+            if inner.peers.contains_key(&id) {
+                continue;
+            }
+            let advs = inner
+                .advertisements
+                .entry(id.clone())
+                .or_insert_with(|| watch::channel(Arc::new(Vec::new())).0)
+                .subscribe();
+            let (stop, stop_rx) = watch::channel(None);
+            let (status_tx, status) = watch::channel(PeerStatus::default());
+            let task = tokio::spawn(PeerTask::run(config.clone(), advs, stop_rx, status_tx));
+            inner.peers.insert(
+                id,
+                PeerHandle {
+                    config,
+                    stop,
+                    status,
+                    task,
+                },
+            );
+        }
+    }
+
+    /// Sets the complete set of routes `peer` should have.
+    pub fn set_advertisements(&self, peer: &PeerId, advertisements: Vec<Advertisement>) {
+        let mut inner = self.lock();
+        let tx = inner
+            .advertisements
+            .entry(peer.clone())
+            .or_insert_with(|| watch::channel(Arc::new(Vec::new())).0);
+        tx.send_replace(Arc::new(advertisements));
+    }
+
+    /// The state of every configured session.
+    pub fn session_states(&self) -> BTreeMap<PeerId, PeerStatus> {
+        self.lock()
+            .peers
+            .iter()
+            .map(|(id, h)| (id.clone(), h.status.borrow().clone()))
+            .collect()
+    }
+
+    /// A receiver that sees every status change of `peer`, for waiting on a state.
+    pub fn watch_status(&self, peer: &PeerId) -> Option<watch::Receiver<PeerStatus>> {
+        self.lock().peers.get(peer).map(|h| h.status.clone())
+    }
+
+    /// Ends every session with Cease "administrative shutdown" and waits (up to 5 s) for the
+    /// NOTIFICATIONs to be written.
+    pub async fn shutdown(&self) {
+        let handles: Vec<PeerHandle> = self.lock().peers.drain().map(|(_, h)| h).collect();
+        for h in &handles {
+            let _ = h.stop.send(Some(CeaseReason::AdministrativeShutdown));
+        }
+        for h in handles {
+            let _ = tokio::time::timeout(Duration::from_secs(5), h.task).await;
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! A scripted hostile peer: a TCP listener on the loopback that lets the real [`BgpSpeaker`]
+//! connect, then sends each class of malformed message. The speaker must answer with the right
+//! NOTIFICATION, close, reconnect after its back-off, and keep its memory flat.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use ferrolb_speaker::bgp::open::{Capability, Open};
+use ferrolb_speaker::bgp::wire::Family;
+use ferrolb_speaker::bgp::{BgpSpeaker, PeerConfig, PeerId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::timeout;
+
+const OUR_AS: u32 = 64512;
+const PEER_AS: u32 = 64513;
+const STEP: Duration = Duration::from_secs(5);
+
+fn header(len: u16, ty: u8) -> Vec<u8> {
+    let mut v = vec![0xff; 16];
+    v.extend_from_slice(&len.to_be_bytes());
+    v.push(ty);
+    v
+}
+
+fn open_bytes(version: u8, hold: u16) -> Vec<u8> {
+    let mut b = vec![];
+    Open {
+        my_as: PEER_AS as u16,
+        hold_time: hold,
+        bgp_id: Ipv4Addr::new(10, 99, 0, 2),
+        capabilities: vec![
+            Capability::Multiprotocol(Family::IPV4_UNICAST),
+            Capability::Multiprotocol(Family::IPV6_UNICAST),
+            Capability::FourOctetAs(PEER_AS),
+        ],
+    }
+    .encode(&mut b);
+    b[19] = version;
+    b
+}
+
+fn update(body: &[u8]) -> Vec<u8> {
+    let mut b = header(19 + body.len() as u16, 2);
+    b.extend_from_slice(body);
+    b
+}
+
+/// Reads one message as the speaker framed it.
+async fn read_message(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut h = [0u8; 19];
+    s.read_exact(&mut h).await.ok()?;
+    let len = usize::from(u16::from_be_bytes([h[16], h[17]]));
+    let mut body = vec![0u8; len.saturating_sub(19)];
+    s.read_exact(&mut body).await.ok()?;
+    let mut m = h.to_vec();
+    m.extend(body);
+    Some(m)
+}
+
+/// Reads until a NOTIFICATION; returns its code, subcode and data.
+async fn read_notification(s: &mut TcpStream) -> (u8, u8, Vec<u8>) {
+    loop {
+        let m = timeout(STEP, read_message(s))
+            .await
+            .expect("the speaker answers in time")
+            .expect("the speaker sends a NOTIFICATION before closing");
+        if m[18] == 3 {
+            return (m[19], m[20], m[21..].to_vec());
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Stage {
+    /// The malformed message replaces the peer's OPEN.
+    OpenSent,
+    /// The malformed message follows a normal OPEN and KEEPALIVE.
+    Established,
+}
+
+struct Case {
+    name: &'static str,
+    stage: Stage,
+    bytes: Vec<u8>,
+    expected: (u8, u8, Vec<u8>),
+}
+
+fn cases() -> Vec<Case> {
+    let mut bad_marker = header(19, 4);
+    bad_marker[15] = 0;
+    let origin_ok = [0x40u8, 1, 1, 0];
+    let as_path_trailing = [0x40u8, 2, 7, 2, 1, 0, 0, 0xfc, 0x01, 0];
+    let next_hop = [0x40u8, 3, 4, 10, 99, 0, 2];
+    let attrs_trailing: Vec<u8> = [&origin_ok[..], &as_path_trailing, &next_hop].concat();
+    let mut trailing_body = vec![0, 0, 0, attrs_trailing.len() as u8];
+    trailing_body.extend(&attrs_trailing);
+    trailing_body.extend([24, 10, 99, 200]);
+    let origin_trailing = [0x40u8, 1, 2, 0, 0];
+    let mut origin_body = vec![0, 0, 0, origin_trailing.len() as u8];
+    origin_body.extend(origin_trailing);
+    let mut too_long = header(4097, 2);
+    too_long.extend(vec![0u8; 100]);
+    vec![
+        Case {
+            name: "bad marker",
+            stage: Stage::Established,
+            bytes: bad_marker,
+            expected: (1, 1, vec![]),
+        },
+        Case {
+            name: "length 18",
+            stage: Stage::Established,
+            bytes: header(18, 4),
+            expected: (1, 2, vec![0, 18]),
+        },
+        Case {
+            name: "length 4097",
+            stage: Stage::Established,
+            bytes: too_long,
+            expected: (1, 2, vec![0x10, 0x01]),
+        },
+        Case {
+            name: "bad version",
+            stage: Stage::OpenSent,
+            bytes: open_bytes(3, 90),
+            expected: (2, 1, vec![0, 4]),
+        },
+        Case {
+            name: "bad hold time",
+            stage: Stage::OpenSent,
+            bytes: open_bytes(4, 1),
+            expected: (2, 6, vec![0, 1]),
+        },
+        Case {
+            name: "unknown type",
+            stage: Stage::Established,
+            bytes: header(19, 9),
+            expected: (1, 3, vec![9]),
+        },
+        Case {
+            name: "truncated update (attribute length past the end)",
+            stage: Stage::Established,
+            bytes: update(&[0, 0, 0, 20, 0x40, 1, 1, 0]),
+            expected: (3, 1, vec![]),
+        },
+        Case {
+            name: "inconsistent update (withdrawn length past the end)",
+            stage: Stage::Established,
+            bytes: update(&[0, 40, 24, 10, 99, 1, 0, 0]),
+            expected: (3, 1, vec![]),
+        },
+        Case {
+            name: "as_path with a trailing byte",
+            stage: Stage::Established,
+            bytes: update(&trailing_body),
+            expected: (3, 11, vec![]),
+        },
+        Case {
+            name: "origin with a trailing byte",
+            stage: Stage::Established,
+            bytes: update(&origin_body),
+            expected: (3, 5, vec![]),
+        },
+    ]
+}
+
+async fn start(port: u16, retry: Duration) -> (BgpSpeaker, PeerId) {
+    let mut cfg = PeerConfig::new("hostile", OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
+    cfg.peer_port = port;
+    cfg.connect_retry = retry;
+    cfg.ebgp_multihop = true;
+    let id = cfg.id.clone();
+    let speaker = BgpSpeaker::new();
+    speaker.set_peers(vec![cfg]);
+    (speaker, id)
+}
+
+/// Accepts the speaker's next connection and takes it to the requested stage.
+async fn accept(listener: &TcpListener, stage: Stage) -> TcpStream {
+    let (mut s, _) = timeout(STEP, listener.accept())
+        .await
+        .expect("the speaker reconnects")
+        .unwrap();
+    let open = timeout(STEP, read_message(&mut s)).await.unwrap().unwrap();
+    assert_eq!(open[18], 1, "the speaker starts with an OPEN");
+    if let Stage::Established = stage {
+        s.write_all(&open_bytes(4, 90)).await.unwrap();
+        s.write_all(&header(19, 4)).await.unwrap();
+        // Our KEEPALIVE, then End-of-RIB for both families.
+        for _ in 0..3 {
+            timeout(STEP, read_message(&mut s)).await.unwrap().unwrap();
+        }
+    }
+    s
+}
+
+async fn expect_closed(s: &mut TcpStream) {
+    let mut rest = [0u8; 64];
+    let n = timeout(STEP, s.read(&mut rest))
+        .await
+        .expect("the speaker closes");
+    assert!(
+        matches!(n, Ok(0) | Err(_)),
+        "connection closed after the NOTIFICATION"
+    );
+}
+
+#[tokio::test]
+async fn every_malformed_message_class_gets_its_notification_and_a_reconnect() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (speaker, id) = start(port, Duration::from_millis(20)).await;
+    for case in cases() {
+        let mut s = accept(&listener, case.stage).await;
+        s.write_all(&case.bytes).await.unwrap();
+        let got = read_notification(&mut s).await;
+        assert_eq!(got, case.expected, "{}", case.name);
+        expect_closed(&mut s).await;
+    }
+    // Still alive: one more well-behaved session reaches Established.
+    let _s = accept(&listener, Stage::Established).await;
+    let status = speaker.session_states()[&id].clone();
+    assert_eq!(status.notifications_sent.values().sum::<u64>(), 10);
+    speaker.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutting_down_sends_cease_administrative_shutdown() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (speaker, _) = start(port, Duration::from_millis(20)).await;
+    let mut s = accept(&listener, Stage::Established).await;
+    speaker.shutdown().await;
+    assert_eq!(read_notification(&mut s).await, (6, 2, vec![]));
+}
+
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4
+}
+
+#[tokio::test]
+async fn memory_stays_flat_across_many_hostile_sessions() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port: u16 = listener.local_addr().unwrap().port();
+    let (speaker, _) = start(port, Duration::from_millis(5)).await;
+    let run = async |rounds: usize| {
+        for i in 0..rounds {
+            let mut s = accept(&listener, Stage::Established).await;
+            // A header announcing a full-size UPDATE, then garbage in bulk: the speaker may keep
+            // one message's worth, never the flood.
+            let mut flood = header(4096, 2);
+            flood.extend(vec![0xee; 256 * 1024]);
+            let _ = s.write_all(&flood).await;
+            let (code, _, _) = read_notification(&mut s).await;
+            assert_eq!(code, 3, "round {i}");
+        }
+    };
+    run(20).await;
+    let before = rss_kib();
+    run(100).await;
+    let after = rss_kib();
+    assert!(
+        after < before + 8 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over 100 hostile sessions"
+    );
+    speaker.shutdown().await;
+}
