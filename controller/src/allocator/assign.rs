@@ -104,21 +104,25 @@ impl Allocator {
         req: &ServiceRequest,
         me: Option<Slot>,
         current: &[IpAddr],
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision, Box<Refusal>> {
         let check = self.check_current(req, me, current);
         let reason = check.reason.clone();
-        let fail = |error| Refusal {
-            error,
-            reason: reason.clone(),
+        let fail = |error| {
+            Box::new(Refusal {
+                error,
+                reason: reason.clone(),
+            })
         };
         validate_request(req).map_err(fail)?;
         if satisfied(req, &check.kept) {
             let pool = check.pool.expect("kept addresses have a pool");
             let mut ips = check.kept;
-            if reason.is_some() && wants_dual(req) && ips.len() == 1 {
-                if let Ok(more) = self.complete(req, me, pool, &ips) {
-                    ips = more;
-                }
+            if reason.is_some()
+                && wants_dual(req)
+                && ips.len() == 1
+                && let Ok(more) = self.complete(req, me, pool, &ips)
+            {
+                ips = more;
             }
             return Ok(Decision { ips, pool, reason });
         }
@@ -187,8 +191,8 @@ impl Allocator {
         let requested = |p: usize| {
             (req.requested_pool.as_deref()).is_none_or(|name| name == self.pools[p].name())
         };
-        let Some(p) = (containing.iter().copied())
-            .find(|&p| requested(p) && self.pools[p].spec.admits(req))
+        let Some(p) =
+            (containing.iter().copied()).find(|&p| requested(p) && self.pools[p].spec.admits(req))
         else {
             return Err(match containing.iter().copied().find(|&p| requested(p)) {
                 Some(p) => ChangeReason::PoolNoLongerAdmits {
@@ -292,7 +296,12 @@ impl Allocator {
     ) -> Result<Vec<IpAddr>, IpFamily> {
         let spec = &self.pools[p].spec;
         let allowed = spec.auto_assign || req.requested_pool.as_deref() == Some(&spec.name);
-        let fams: Vec<IpFamily> = req.families.iter().copied().take(wanted_count(req)).collect();
+        let fams: Vec<IpFamily> = req
+            .families
+            .iter()
+            .copied()
+            .take(wanted_count(req))
+            .collect();
         if !spec.ready || !allowed || fams.is_empty() {
             return Err(fams.first().copied().unwrap_or(IpFamily::V4));
         }
@@ -399,9 +408,8 @@ impl Allocator {
             for &(lo, hi) in pool.ranges(fam) {
                 let found = self.book.shared_within(key, fam, lo, hi).find(|&n| {
                     pool.contains(fam, n)
-                        && (self.book.holders(fam, n).iter()).all(|&s| {
-                            Some(s) == me || may_share(req, &self.record(s).req).is_ok()
-                        })
+                        && (self.book.holders(fam, n).iter())
+                            .all(|&s| Some(s) == me || may_share(req, &self.record(s).req).is_ok())
                 });
                 if found.is_some() {
                     return found;
@@ -418,14 +426,24 @@ impl Allocator {
     }
 
     /// Records that the Service holds exactly `ips` from pool `pool`.
-    fn commit(&mut self, req: &ServiceRequest, me: Option<Slot>, ips: &[IpAddr], pool: usize) -> Slot {
+    fn commit(
+        &mut self,
+        req: &ServiceRequest,
+        me: Option<Slot>,
+        ips: &[IpAddr],
+        pool: usize,
+    ) -> Slot {
         let slot = me.unwrap_or_else(|| self.new_slot(req, pool, None));
         let rec = self.record(slot);
         let old_key = rec.req.sharing_key.clone();
         let dropped: Vec<IpAddr> = if old_key != req.sharing_key {
             rec.ips.clone()
         } else {
-            rec.ips.iter().copied().filter(|ip| !ips.contains(ip)).collect()
+            rec.ips
+                .iter()
+                .copied()
+                .filter(|ip| !ips.contains(ip))
+                .collect()
         };
         self.give_back_as(slot, old_key.as_deref(), &dropped);
         let rec = self.records[slot as usize].as_mut().expect("slot in use");

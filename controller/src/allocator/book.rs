@@ -69,7 +69,13 @@ impl AddressBook {
     }
 
     /// Records that `slot` no longer holds `n`; true when nobody holds it any more.
-    pub(crate) fn unclaim(&mut self, fam: IpFamily, n: u128, slot: Slot, key: Option<&str>) -> bool {
+    pub(crate) fn unclaim(
+        &mut self,
+        fam: IpFamily,
+        n: u128,
+        slot: Slot,
+        key: Option<&str>,
+    ) -> bool {
         let f = fam.index();
         let now_free = match self.holders[f].get_mut(&n) {
             None => return false,
@@ -125,7 +131,11 @@ mod tests {
         assert_eq!(b.holders(IpFamily::V4, 7), &[1, 2]);
         assert!(!b.unclaim(IpFamily::V4, 7, 1, Some("k")));
         assert!(b.used(IpFamily::V4).contains(7));
-        assert_eq!(b.shared_within("k", IpFamily::V4, 0, 10).collect::<Vec<_>>(), vec![7]);
+        assert_eq!(
+            b.shared_within("k", IpFamily::V4, 0, 10)
+                .collect::<Vec<_>>(),
+            vec![7]
+        );
         assert!(b.unclaim(IpFamily::V4, 7, 2, Some("k")));
         assert!(!b.used(IpFamily::V4).contains(7));
         assert_eq!(b.shared_within("k", IpFamily::V4, 0, 10).count(), 0);

@@ -139,7 +139,11 @@ impl Allocator {
                 continue;
             };
             let old = std::mem::replace(&mut rec.ips, check.kept.clone());
-            let dropped: Vec<IpAddr> = old.iter().copied().filter(|ip| !check.kept.contains(ip)).collect();
+            let dropped: Vec<IpAddr> = old
+                .iter()
+                .copied()
+                .filter(|ip| !check.kept.contains(ip))
+                .collect();
             if rec.pending.is_none() {
                 rec.pending = Some((old, reason));
             }
@@ -284,7 +288,8 @@ impl Allocator {
                 rec.ips.push(ip);
             }
             let (fam, n) = numbered(ip);
-            self.book.claim(fam, n, slot, rec.req.sharing_key.as_deref());
+            self.book
+                .claim(fam, n, slot, rec.req.sharing_key.as_deref());
         }
     }
 

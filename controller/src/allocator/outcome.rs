@@ -135,7 +135,10 @@ impl fmt::Display for ChangeReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ChangeReason::NotInAnyPool { ip } => {
-                write!(f, "{ip} is no longer in any IPAddressPool (pool deleted or shrunk)")
+                write!(
+                    f,
+                    "{ip} is no longer in any IPAddressPool (pool deleted or shrunk)"
+                )
             }
             ChangeReason::PoolNoLongerAdmits { ip, pool } => write!(
                 f,
@@ -146,14 +149,20 @@ impl fmt::Display for ChangeReason {
                 "{ip} is not what the Service now asks for (address-pool or loadBalancerIPs changed)"
             ),
             ChangeReason::FamilyNotWanted { ip } => {
-                write!(f, "{ip} is of a family the Service no longer uses (ipFamilies changed)")
+                write!(
+                    f,
+                    "{ip} is of a family the Service no longer uses (ipFamilies changed)"
+                )
             }
             ChangeReason::SharingNoLongerAllowed { ip, with } => write!(
                 f,
                 "{ip} is also held by {with} and the two may no longer share it (sharing key, ports or traffic policy)"
             ),
             ChangeReason::AddressesInDifferentPools { ip } => {
-                write!(f, "{ip} is in another pool than the Service's other address")
+                write!(
+                    f,
+                    "{ip} is in another pool than the Service's other address"
+                )
             }
             ChangeReason::Completed { ip } => {
                 write!(f, "{ip} was added for a family the Service now asks for")
@@ -316,7 +325,9 @@ pub enum AllocationError {
     )]
     ConflictingRequestedIps,
     /// A requested address does not parse.
-    #[error("`{value}` is not an IP address: fix the loadBalancerIPs annotation or spec.loadBalancerIP")]
+    #[error(
+        "`{value}` is not an IP address: fix the loadBalancerIPs annotation or spec.loadBalancerIP"
+    )]
     InvalidRequestedIp {
         /// The text.
         value: String,

@@ -79,7 +79,9 @@ pub enum IpMode {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddressRangeError {
     /// The entry is empty.
-    #[error("empty address entry: write a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20")]
+    #[error(
+        "empty address entry: write a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20"
+    )]
     Empty,
     /// The entry has a `/` but is not a CIDR.
     #[error("`{input}` is not a valid CIDR ({reason}): write it like 10.0.0.0/24 or fd00::/64")]
@@ -90,7 +92,9 @@ pub enum AddressRangeError {
         reason: String,
     },
     /// One end of a `start-end` range is not an IP address.
-    #[error("`{input}` is not an IP address: write a range as two addresses, like 10.0.0.10-10.0.0.20")]
+    #[error(
+        "`{input}` is not an IP address: write a range as two addresses, like 10.0.0.10-10.0.0.20"
+    )]
     InvalidAddress {
         /// The offending part.
         input: String,
@@ -108,7 +112,9 @@ pub enum AddressRangeError {
         input: String,
     },
     /// The entry is a bare address, neither a CIDR nor a range.
-    #[error("`{input}` is a single address, not a range: write it as {input}/32 (or /128 for IPv6)")]
+    #[error(
+        "`{input}` is a single address, not a range: write it as {input}/32 (or /128 for IPv6)"
+    )]
     NotARange {
         /// The entry as written.
         input: String,
@@ -471,7 +477,11 @@ mod tests {
     fn overlapping_entries_of_one_pool_are_merged() {
         let e = PoolEntry::new(Pool::new(
             "p",
-            vec![range("10.0.0.0/24"), range("10.0.0.10-10.0.1.5"), range("10.0.1.6/32")],
+            vec![
+                range("10.0.0.0/24"),
+                range("10.0.0.10-10.0.1.5"),
+                range("10.0.1.6/32"),
+            ],
         ));
         assert_eq!(e.ranges(IpFamily::V4).len(), 1);
         assert_eq!(e.counts(IpFamily::V4, &IntervalSet::new()).0, 256 + 7);

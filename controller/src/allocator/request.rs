@@ -173,7 +173,11 @@ fn one_annotation<'a>(
 ) -> Result<Option<&'a str>, AllocationError> {
     let mut found: Option<(&str, &str)> = None;
     for key in keys {
-        let Some(value) = annotations.get(*key).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+        let Some(value) = annotations
+            .get(*key)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+        else {
             continue;
         };
         match found {
@@ -239,13 +243,22 @@ mod tests {
     #[test]
     fn two_spellings_with_different_values_are_an_error() {
         let err = requested_from_annotations(
-            &annotations(&[(names::ADDRESS_POOL, "a"), (names::METALLB_ADDRESS_POOL, "b")]),
+            &annotations(&[
+                (names::ADDRESS_POOL, "a"),
+                (names::METALLB_ADDRESS_POOL, "b"),
+            ]),
             None,
         )
         .unwrap_err();
-        assert!(matches!(err, AllocationError::ConflictingAnnotations { .. }));
+        assert!(matches!(
+            err,
+            AllocationError::ConflictingAnnotations { .. }
+        ));
         let same = requested_from_annotations(
-            &annotations(&[(names::ADDRESS_POOL, "a"), (names::LEGACY_ADDRESS_POOL, "a")]),
+            &annotations(&[
+                (names::ADDRESS_POOL, "a"),
+                (names::LEGACY_ADDRESS_POOL, "a"),
+            ]),
             None,
         );
         assert_eq!(same.unwrap().pool.as_deref(), Some("a"));
