@@ -452,14 +452,14 @@ pub fn community_aliases(
         let Some(value) = CommunityValue::parse(&alias.value) else {
             continue; // refused by the schema
         };
-        if let Some((existing, text)) = out.get(&alias.name) {
-            if *existing != value {
-                return Err(ConfigError::DuplicateCommunityAlias {
-                    alias: alias.name.clone(),
-                    first: text.clone(),
-                    second: alias.value.clone(),
-                });
-            }
+        if let Some((existing, text)) = out.get(&alias.name)
+            && *existing != value
+        {
+            return Err(ConfigError::DuplicateCommunityAlias {
+                alias: alias.name.clone(),
+                first: text.clone(),
+                second: alias.value.clone(),
+            });
         }
         out.insert(alias.name.clone(), (value, alias.value.clone()));
     }

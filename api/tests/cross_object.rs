@@ -27,7 +27,7 @@ fn pool(name: &str, created_s: i64, addresses: &[&str]) -> IPAddressPool {
             auto_assign: true,
             avoid_buggy_ips: false,
             service_allocation: None,
-            ip_mode: IpMode::Vip,
+            ip_mode: None,
         },
         status: None,
     }

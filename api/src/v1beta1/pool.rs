@@ -99,9 +99,10 @@ pub struct IPAddressPoolSpec {
     /// Restricts which Services may draw from the pool, and in which order pools are tried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_allocation: Option<ServiceAllocation>,
-    /// The `ipMode` written on Services that get an address from this pool.
-    #[serde(default)]
-    pub ip_mode: IpMode,
+    /// The `ipMode` written on Services that get an address from this pool; when unset, the
+    /// controller's `--default-ip-mode` (itself `VIP` unless configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_mode: Option<IpMode>,
 }
 
 fn default_true() -> bool {
