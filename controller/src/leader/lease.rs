@@ -40,7 +40,8 @@ impl Leadership {
             if self.is_leader() {
                 return;
             }
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), self.0.changed()).await;
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_millis(200), self.0.changed()).await;
         }
     }
 }
@@ -70,45 +71,53 @@ pub async fn run(
     let mut last_role = Role::Follower;
     loop {
         let sent = Instant::now();
-        let attempt = tokio::time::timeout(timing.retry_period.max(timing.renew_deadline / 2), async {
-            let current = api.get_opt(&name).await?;
-            let action = elector.decide(sent, current.as_ref().map(observed));
-            debug!(?action, "lease decision");
-            let duration_s = timing.lease_duration.as_secs() as i32;
-            match action {
-                Action::Wait => Ok::<bool, kube::Error>(false),
-                Action::Create => {
-                    let lease = Lease {
-                        metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-                        spec: Some(LeaseSpec {
-                            holder_identity: Some(elector.identity().to_string()),
-                            lease_duration_seconds: Some(duration_s),
-                            acquire_time: Some(now_micro()),
-                            renew_time: Some(now_micro()),
-                            lease_transitions: Some(0),
-                            ..Default::default()
-                        }),
-                    };
-                    api.create(&PostParams::default(), &lease).await.map(|_| true)
-                }
-                Action::Acquire { .. } | Action::Renew if current.is_some() => {
-                    let mut lease = current.expect("checked above");
-                    let spec = lease.spec.get_or_insert_with(Default::default);
-                    if let Action::Acquire { transitions } = action {
-                        spec.holder_identity = Some(elector.identity().to_string());
-                        spec.acquire_time = Some(now_micro());
-                        spec.lease_transitions = Some(transitions);
+        let attempt =
+            tokio::time::timeout(timing.retry_period.max(timing.renew_deadline / 2), async {
+                let current = api.get_opt(&name).await?;
+                let action = elector.decide(sent, current.as_ref().map(observed));
+                debug!(?action, "lease decision");
+                let duration_s = timing.lease_duration.as_secs() as i32;
+                match action {
+                    Action::Wait => Ok::<bool, kube::Error>(false),
+                    Action::Create => {
+                        let lease = Lease {
+                            metadata: ObjectMeta {
+                                name: Some(name.clone()),
+                                ..Default::default()
+                            },
+                            spec: Some(LeaseSpec {
+                                holder_identity: Some(elector.identity().to_string()),
+                                lease_duration_seconds: Some(duration_s),
+                                acquire_time: Some(now_micro()),
+                                renew_time: Some(now_micro()),
+                                lease_transitions: Some(0),
+                                ..Default::default()
+                            }),
+                        };
+                        api.create(&PostParams::default(), &lease)
+                            .await
+                            .map(|_| true)
                     }
-                    spec.lease_duration_seconds = Some(duration_s);
-                    spec.renew_time = Some(now_micro());
-                    // `lease` still carries the resourceVersion we read: the write is refused
-                    // with 409 if anyone wrote in between.
-                    api.replace(&name, &PostParams::default(), &lease).await.map(|_| true)
+                    Action::Acquire { .. } | Action::Renew if current.is_some() => {
+                        let mut lease = current.expect("checked above");
+                        let spec = lease.spec.get_or_insert_with(Default::default);
+                        if let Action::Acquire { transitions } = action {
+                            spec.holder_identity = Some(elector.identity().to_string());
+                            spec.acquire_time = Some(now_micro());
+                            spec.lease_transitions = Some(transitions);
+                        }
+                        spec.lease_duration_seconds = Some(duration_s);
+                        spec.renew_time = Some(now_micro());
+                        // `lease` still carries the resourceVersion we read: the write is refused
+                        // with 409 if anyone wrote in between.
+                        api.replace(&name, &PostParams::default(), &lease)
+                            .await
+                            .map(|_| true)
+                    }
+                    Action::Acquire { .. } | Action::Renew => Ok(false),
                 }
-                Action::Acquire { .. } | Action::Renew => Ok(false),
-            }
-        })
-        .await;
+            })
+            .await;
         match attempt {
             Ok(Ok(true)) => elector.written(sent),
             Ok(Ok(false)) => {}

@@ -187,8 +187,14 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(e.decide(t0, rec("a", "t1")), Action::Wait);
         // Renewed in time: the clock restarts from when we saw the new record.
-        assert_eq!(e.decide(t0 + Duration::from_secs(14), rec("a", "t2")), Action::Wait);
-        assert_eq!(e.decide(t0 + Duration::from_secs(28), rec("a", "t2")), Action::Wait);
+        assert_eq!(
+            e.decide(t0 + Duration::from_secs(14), rec("a", "t2")),
+            Action::Wait
+        );
+        assert_eq!(
+            e.decide(t0 + Duration::from_secs(28), rec("a", "t2")),
+            Action::Wait
+        );
     }
 
     #[test]
@@ -206,13 +212,19 @@ mod tests {
     fn expiry_is_measured_from_our_observation_not_from_the_written_renew_time() {
         // A record we see for the first time is fresh, however old its renewTime looks.
         let mut e = Elector::new("b", Timing::default());
-        assert_eq!(e.decide(Instant::now(), rec("a", "1970-01-01T00:00:00.000000Z")), Action::Wait);
+        assert_eq!(
+            e.decide(Instant::now(), rec("a", "1970-01-01T00:00:00.000000Z")),
+            Action::Wait
+        );
     }
 
     #[test]
     fn a_released_lease_is_taken_at_once() {
         let mut e = Elector::new("b", Timing::default());
-        assert_eq!(e.decide(Instant::now(), rec("", "t1")), Action::Acquire { transitions: 4 });
+        assert_eq!(
+            e.decide(Instant::now(), rec("", "t1")),
+            Action::Acquire { transitions: 4 }
+        );
     }
 
     #[test]

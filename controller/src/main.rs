@@ -1,0 +1,277 @@
+//! `ferrolb-controller`: assigns addresses to Services of `type: LoadBalancer` from
+//! `IPAddressPool`s and writes them to `status.loadBalancer.ingress` with their `ipMode`.
+//!
+//! ```text
+//!  main ─┬─ leader::lease::run ── Lease (resourceVersion-guarded) ──► Leadership
+//!        ├─ watchers ─► reflector stores ─► trigger (Notify)
+//!        ├─ telemetry::serve  (/metrics /healthz /readyz)
+//!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass on every trigger
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Parser;
+use ferrolb_api::names;
+use ferrolb_controller::allocator::IpMode;
+use ferrolb_controller::convert::ClassFilter;
+use ferrolb_controller::leader::lease::{self, Leadership};
+use ferrolb_controller::leader::{Elector, Timing};
+use ferrolb_controller::metrics::Metrics;
+use ferrolb_controller::reconcile::{Controller, Settings, Stores, retry_delay};
+use ferrolb_telemetry::{LogFormat, Readiness};
+use futures::StreamExt;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+/// Command-line flags; each can also come from the environment variable shown.
+#[derive(Parser, Debug)]
+#[command(name = "ferrolb-controller", version, about)]
+struct Args {
+    /// Kubeconfig to use (in-cluster configuration when unset).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The install namespace (pools, advertisements, the Lease).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "ferrolb-system")]
+    namespace: String,
+    /// The `spec.loadBalancerClass` handled.
+    #[arg(long, env = "FERROLB_LOAD_BALANCER_CLASS", default_value = names::DEFAULT_LOAD_BALANCER_CLASS)]
+    load_balancer_class: String,
+    /// Leave Services without a `loadBalancerClass` alone.
+    #[arg(long, env = "FERROLB_IGNORE_UNCLASSED")]
+    ignore_unclassed: bool,
+    /// `ipMode` for pools that do not set one: VIP or Proxy.
+    #[arg(long, env = "FERROLB_DEFAULT_IP_MODE", default_value = "VIP", value_parser = parse_ip_mode)]
+    default_ip_mode: IpMode,
+    /// Log level (an EnvFilter directive; RUST_LOG overrides).
+    #[arg(long, env = "FERROLB_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+    /// Log format: text or json.
+    #[arg(long, env = "FERROLB_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "FERROLB_METRICS_ADDR", default_value = "0.0.0.0:7472")]
+    metrics_addr: SocketAddr,
+    /// Name of the Lease used for leader election.
+    #[arg(long, env = "FERROLB_LEASE_NAME", default_value = "ferrolb-controller")]
+    lease_name: String,
+    /// This replica's identity in the Lease (the Pod name in a cluster).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long a Lease is valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops assigning.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+    /// Pause between election attempts.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
+}
+
+fn parse_ip_mode(s: &str) -> Result<IpMode, String> {
+    match s {
+        "VIP" => Ok(IpMode::Vip),
+        "Proxy" => Ok(IpMode::Proxy),
+        other => Err(format!("`{other}` is not VIP or Proxy")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration such as 15s"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("`{s}` is not a duration such as 15s")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ferrolb_telemetry::init_logging(&args.log_level, args.log_format)?;
+    if args.renew_deadline >= args.lease_duration {
+        anyhow::bail!(
+            "--renew-deadline must be shorter than --lease-duration, or two replicas could both lead"
+        );
+    }
+    let client = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).context("reading the kubeconfig")?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            Client::try_from(cfg)?
+        }
+        None => Client::try_default()
+            .await
+            .context("no in-cluster configuration and no --kubeconfig")?,
+    };
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    info!(%identity, namespace = %args.namespace, class = %args.load_balancer_class, "starting");
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let metrics = Metrics::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
+    metrics.register(&mut registry);
+    let ready = Readiness::default();
+    ferrolb_telemetry::serve(
+        args.metrics_addr,
+        Arc::new(registry),
+        ready.clone(),
+        shutdown_rx.clone(),
+    )
+    .await?;
+
+    let timing = Timing {
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
+    };
+    let (until_tx, until_rx) = watch::channel(None::<Instant>);
+    let leases = Api::namespaced(client.clone(), &args.namespace);
+    let election = tokio::spawn(lease::run(
+        leases,
+        args.lease_name.clone(),
+        Elector::new(identity.clone(), timing),
+        until_tx,
+        shutdown_rx.clone(),
+    ));
+    let mut leadership = Leadership::new(until_rx);
+
+    let trigger = Arc::new(Notify::new());
+    let ns = args.namespace.clone();
+    let stores = Stores {
+        services: spawn_store(Api::all(client.clone()), &trigger),
+        namespaces: spawn_store(Api::all(client.clone()), &trigger),
+        pools: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
+        l2: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
+        bgp: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
+        peers: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
+        communities: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
+    };
+    stores.services.wait_until_ready().await?;
+    stores.namespaces.wait_until_ready().await?;
+    stores.pools.wait_until_ready().await?;
+    ready.set(true);
+
+    let settings = Settings {
+        namespace: args.namespace.clone(),
+        filter: ClassFilter {
+            class: args.load_balancer_class.clone(),
+            ignore_unclassed: args.ignore_unclassed,
+        },
+        default_ip_mode: args.default_ip_mode,
+    };
+    let reporter = Reporter {
+        controller: "ferrolb-controller".into(),
+        instance: Some(identity.clone()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+
+    let work = async {
+        loop {
+            metrics.leader.set(0);
+            leadership.wait_until_leader().await;
+            metrics.leader.set(1);
+            let mut controller = match Controller::start(
+                client.clone(),
+                settings.clone(),
+                metrics.clone(),
+                recorder.clone(),
+                &stores.namespaces,
+            )
+            .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "could not load the cluster state; retrying");
+                    metrics.api_error("list");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let mut failures = 0u32;
+            while leadership.is_leader() {
+                let report = controller.pass(&stores).await;
+                failures = if report.failed > 0 { failures + 1 } else { 0 };
+                let wait = if failures > 0 {
+                    retry_delay(failures)
+                } else {
+                    Duration::from_secs(30)
+                };
+                tokio::select! {
+                    _ = trigger.notified() => tokio::time::sleep(Duration::from_millis(20)).await,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            info!("lost leadership; stopped assigning");
+        }
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = shutdown_signal() => info!("shutting down"),
+    }
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+    Ok(())
+}
+
+/// Starts a watcher feeding a reflector store; every change wakes the reconcile loop.
+fn spawn_store<K>(api: Api<K>, trigger: &Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let trigger = trigger.clone();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off");
+            }
+            trigger.notify_one();
+        }
+    });
+    store
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "ferrolb".into())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

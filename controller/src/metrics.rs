@@ -1,0 +1,100 @@
+//! The controller's Prometheus metrics (names under `ferrolb_`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// Labels of per-pool gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// Pool name.
+    pub pool: String,
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+}
+
+/// Label of counters by typed reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The reason (an enum's `reason()`), never free text.
+    pub reason: String,
+}
+
+/// Label of API error counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// What was attempted (`status_write`, `list`, `event`, ...).
+    pub operation: String,
+}
+
+/// Every metric the controller exports.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    /// Addresses in each pool and family (a float: an IPv6 pool holds more than 2^63).
+    pub pool_addresses_total: Family<PoolLabels, Gauge<f64, AtomicU64>>,
+    /// Addresses of each pool and family held by Services.
+    pub pool_addresses_in_use: Family<PoolLabels, Gauge<f64, AtomicU64>>,
+    /// Services that hold at least one address.
+    pub services_allocated: Gauge,
+    /// Allocation failures by reason.
+    pub allocation_failures: Family<ReasonLabels, Counter>,
+    /// Kubernetes API errors by operation.
+    pub api_errors: Family<OperationLabels, Counter>,
+    /// Status writes that changed a Service's addresses.
+    pub status_writes: Counter,
+    /// 1 while this replica leads.
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    /// Registers every metric in `registry` (which should carry the `ferrolb` prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "address_pool_addresses_total",
+            "Addresses in the pool, per family",
+            self.pool_addresses_total.clone(),
+        );
+        registry.register(
+            "address_pool_addresses_in_use",
+            "Addresses of the pool assigned to Services, per family",
+            self.pool_addresses_in_use.clone(),
+        );
+        registry.register(
+            "services_allocated",
+            "Services holding at least one address",
+            self.services_allocated.clone(),
+        );
+        registry.register(
+            "allocation_failures",
+            "Allocation failures, by reason",
+            self.allocation_failures.clone(),
+        );
+        registry.register(
+            "api_errors",
+            "Kubernetes API errors, by operation",
+            self.api_errors.clone(),
+        );
+        registry.register(
+            "service_status_writes",
+            "Service status writes that changed addresses",
+            self.status_writes.clone(),
+        );
+        registry.register(
+            "controller_leader",
+            "1 while this replica leads",
+            self.leader.clone(),
+        );
+    }
+
+    /// Counts an API error of `operation`.
+    pub fn api_error(&self, operation: &str) {
+        self.api_errors
+            .get_or_create(&OperationLabels {
+                operation: operation.into(),
+            })
+            .inc();
+    }
+}

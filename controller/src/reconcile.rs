@@ -1,0 +1,686 @@
+//! The controller's Kubernetes shell: reads Services, pools and namespaces from watch caches,
+//! asks the allocator, writes `status.loadBalancer` and pool status, emits Events.
+//!
+//! ```text
+//!  watchers (Services, Namespaces, pools, advertisements, peers, communities)
+//!      │ reflector stores                         every change ─► trigger ─┐
+//!      ▼                                                                   ▼
+//!  Controller::pass ── allocator.assign (pure) ──► plan: status writes, Events, pool status
+//!      │                                                                   │
+//!      └──── only while Leadership::is_leader() ◄── leader::lease::run     ▼
+//!                                                            API writes (bounded concurrency)
+//! ```
+//!
+//! A pass is level-triggered: it looks at every Service, so a dropped watch, a failed write or
+//! a restart only delays convergence. On becoming leader, the allocator is rebuilt from a fresh
+//! LIST of pools and Services (never from a cache that might lag the previous leader's writes).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolb_api::names;
+use ferrolb_api::v1beta1::{
+    BGPAdvertisement, BGPPeer, CONDITION_READY, Community, IPAddressPool, IPAddressPoolStatus,
+    L2Advertisement,
+};
+use ferrolb_api::validate::{self, ConfigError, PoolVerdict};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Namespace, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
+use crate::convert::{
+    ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
+};
+use crate::metrics::{Metrics, PoolLabels, ReasonLabels};
+
+/// Read-only views of the cluster, kept current by watchers.
+#[derive(Clone)]
+pub struct Stores {
+    /// Every Service.
+    pub services: Store<Service>,
+    /// Every Namespace (for `namespaceSelectors`).
+    pub namespaces: Store<Namespace>,
+    /// Pools in the install namespace.
+    pub pools: Store<IPAddressPool>,
+    /// L2 advertisements in the install namespace.
+    pub l2: Store<L2Advertisement>,
+    /// BGP advertisements in the install namespace.
+    pub bgp: Store<BGPAdvertisement>,
+    /// BGP peers in the install namespace.
+    pub peers: Store<BGPPeer>,
+    /// Community aliases in the install namespace.
+    pub communities: Store<Community>,
+}
+
+/// What the controller remembers about one Service between passes.
+#[derive(Debug, Default, Clone)]
+struct Memo {
+    /// The resourceVersion our last status write was based on: while the cache still shows
+    /// it, our write is not visible yet and must not be repeated.
+    written_over: Option<String>,
+    /// The reason of the last failure reported as an Event (Events only on transitions).
+    last_failure: Option<String>,
+}
+
+/// One write a pass decided on.
+enum Write {
+    Status {
+        key: ServiceKey,
+        rv: Option<String>,
+        ingress: Vec<LoadBalancerIngress>,
+        pool: Option<String>,
+    },
+    Event {
+        svc: Arc<Service>,
+        event: Event,
+    },
+}
+
+/// What the operator configured.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The install namespace, where pools and advertisements live.
+    pub namespace: String,
+    /// Which Services are ours.
+    pub filter: ClassFilter,
+    /// `ipMode` for pools that do not set one.
+    pub default_ip_mode: IpMode,
+}
+
+/// How one write went.
+struct WriteResult {
+    /// For a status write: the Service and the resourceVersion the write was based on.
+    status_of: Option<(ServiceKey, Option<String>)>,
+    ok: bool,
+    operation: &'static str,
+}
+
+/// The controller's state while it leads.
+pub struct Controller {
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    recorder: Recorder,
+    allocator: Allocator,
+    pools_in: Vec<Pool>,
+    memo: HashMap<ServiceKey, Memo>,
+    /// Services whose status must be cleared because they stopped being ours.
+    cleared: HashSet<ServiceKey>,
+}
+
+/// Result of one pass.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    /// Writes attempted.
+    pub writes: usize,
+    /// Writes that failed (retried by a later pass).
+    pub failed: usize,
+}
+
+impl Controller {
+    /// Builds the allocator from a fresh, complete LIST of pools and Services: nothing is
+    /// assigned from a partial view, and a restart changes no address.
+    pub async fn start(
+        client: Client,
+        settings: Settings,
+        metrics: Metrics,
+        recorder: Recorder,
+        namespaces: &Store<Namespace>,
+    ) -> Result<Self, kube::Error> {
+        let pools: Vec<IPAddressPool> = Api::namespaced(client.clone(), &settings.namespace)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let services: Vec<Service> = Api::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let pools_in = allocator_pools(&pools, settings.default_ip_mode);
+        let requests = services
+            .iter()
+            .filter(|s| settings.filter.is_ours(s))
+            .filter_map(|s| request_from_service(s, &namespace_labels(namespaces, s)).ok())
+            .collect();
+        let allocator = Allocator::from_snapshot(pools_in.clone(), requests);
+        info!(
+            pools = pools.len(),
+            services = services.len(),
+            "allocator loaded from the cluster"
+        );
+        Ok(Self {
+            client,
+            settings,
+            metrics,
+            recorder,
+            allocator,
+            pools_in,
+            memo: HashMap::new(),
+            cleared: HashSet::new(),
+        })
+    }
+
+    /// Looks at every Service and pool once and applies what changed.
+    pub async fn pass(&mut self, stores: &Stores) -> PassReport {
+        let pools = stores.pools.state();
+        let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
+        let pools_in = allocator_pools(&pool_objs, self.settings.default_ip_mode);
+        if pools_in != self.pools_in {
+            let changed = self.allocator.set_pools(pools_in.clone());
+            debug!(invalidated = changed.invalidated.len(), "pools changed");
+            self.pools_in = pools_in;
+        }
+
+        let mut services = stores.services.state();
+        services.sort_by_key(|s| service_key(s));
+        let mut writes = Vec::new();
+        let mut present = HashSet::new();
+        for svc in services {
+            let key = service_key(&svc);
+            present.insert(key.clone());
+            if !self.settings.filter.is_ours(&svc) {
+                self.allocator.release(&key);
+                self.memo.remove(&key);
+                if svc
+                    .annotations()
+                    .contains_key(names::IP_ALLOCATED_FROM_POOL)
+                    && !self.cleared.contains(&key)
+                {
+                    self.cleared.insert(key.clone());
+                    writes.push(Write::Status {
+                        key: key.clone(),
+                        rv: svc.resource_version(),
+                        ingress: vec![],
+                        pool: None,
+                    });
+                    writes.push(event(
+                        &svc,
+                        EventType::Normal,
+                        "ClearAssignment",
+                        "Service is no longer handled by FerroLB; its address was released".into(),
+                    ));
+                }
+                continue;
+            }
+            self.cleared.remove(&key);
+            self.plan_service(&svc, &stores.namespaces, &mut writes);
+        }
+        let gone: Vec<ServiceKey> = self
+            .memo
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.allocator.release(&key);
+            self.memo.remove(&key);
+        }
+        for (key, _) in self.allocator.assignments() {
+            if !present.contains(&key) {
+                self.allocator.release(&key);
+            }
+        }
+
+        let report = self.apply(writes).await;
+        self.write_config_status(stores, &pool_objs).await;
+        self.update_metrics(&pool_objs);
+        report
+    }
+
+    fn plan_service(
+        &mut self,
+        svc: &Arc<Service>,
+        namespaces: &Store<Namespace>,
+        writes: &mut Vec<Write>,
+    ) {
+        let key = service_key(svc);
+        let memo = self.memo.entry(key.clone()).or_default();
+        if memo.written_over.is_some() && memo.written_over == svc.resource_version() {
+            return; // our last write is not in the cache yet
+        }
+        memo.written_over = None;
+        let outcome = match request_from_service(svc, &namespace_labels(namespaces, svc)) {
+            Ok(req) => self.allocator.assign(&req),
+            Err(error) => {
+                // Contradictory annotations: an error on the Service, its status untouched.
+                if memo.last_failure.as_deref() != Some(error.reason()) {
+                    memo.last_failure = Some(error.reason().to_string());
+                    self.metrics
+                        .allocation_failures
+                        .get_or_create(&ReasonLabels {
+                            reason: error.reason().into(),
+                        })
+                        .inc();
+                    writes.push(event(
+                        svc,
+                        EventType::Warning,
+                        "AllocationFailed",
+                        error.to_string(),
+                    ));
+                }
+                return;
+            }
+        };
+        match &outcome {
+            Outcome::Assigned(a) => {
+                memo.last_failure = None;
+                let ips: Vec<String> = a.ips.iter().map(ToString::to_string).collect();
+                writes.push(event(
+                    svc,
+                    EventType::Normal,
+                    "IPAllocated",
+                    format!("Assigned IP {:?} from pool `{}`", ips, a.pool),
+                ));
+            }
+            Outcome::Changed { old, new, reason } => {
+                memo.last_failure = None;
+                writes.push(event(
+                    svc,
+                    EventType::Normal,
+                    "IPChanged",
+                    format!("Address changed from {old:?} to {:?}: {reason}", new.ips),
+                ));
+            }
+            Outcome::Revoked { old, reason, error } => {
+                memo.last_failure = Some(error.reason().to_string());
+                self.metrics
+                    .allocation_failures
+                    .get_or_create(&ReasonLabels {
+                        reason: error.reason().into(),
+                    })
+                    .inc();
+                writes.push(event(
+                    svc,
+                    EventType::Warning,
+                    "IPChanged",
+                    format!("Address {old:?} released: {reason}; no new address: {error}"),
+                ));
+            }
+            Outcome::Failed(error) => {
+                if memo.last_failure.as_deref() != Some(error.reason()) {
+                    memo.last_failure = Some(error.reason().to_string());
+                    self.metrics
+                        .allocation_failures
+                        .get_or_create(&ReasonLabels {
+                            reason: error.reason().into(),
+                        })
+                        .inc();
+                    writes.push(event(
+                        svc,
+                        EventType::Warning,
+                        "AllocationFailed",
+                        error.to_string(),
+                    ));
+                }
+            }
+            Outcome::Unchanged(_) => memo.last_failure = None,
+        }
+        let desired = desired_ingress(svc, outcome.assignment());
+        let pool = outcome.assignment().map(|a| a.pool.clone());
+        let annotated = svc
+            .annotations()
+            .get(names::IP_ALLOCATED_FROM_POOL)
+            .cloned();
+        if desired != current_ingress(svc) || annotated != pool {
+            writes.push(Write::Status {
+                key,
+                rv: svc.resource_version(),
+                ingress: desired,
+                pool,
+            });
+        }
+    }
+
+    async fn apply(&mut self, writes: Vec<Write>) -> PassReport {
+        let client = self.client.clone();
+        let recorder = self.recorder.clone();
+        let total = writes.len();
+        let results: Vec<WriteResult> = futures::stream::iter(writes)
+            .map(|w| {
+                let client = client.clone();
+                let recorder = recorder.clone();
+                async move {
+                    match w {
+                        Write::Status {
+                            key,
+                            rv,
+                            ingress,
+                            pool,
+                        } => {
+                            let ok = write_status(
+                                &client,
+                                &key,
+                                rv.as_deref(),
+                                &ingress,
+                                pool.as_deref(),
+                            )
+                            .await;
+                            WriteResult {
+                                status_of: Some((key, rv)),
+                                ok,
+                                operation: "status_write",
+                            }
+                        }
+                        Write::Event { svc, event } => {
+                            let ok = recorder.publish(&event, &svc.object_ref(&())).await.is_ok();
+                            WriteResult {
+                                status_of: None,
+                                ok,
+                                operation: "event",
+                            }
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut report = PassReport {
+            writes: total,
+            failed: 0,
+        };
+        for result in results {
+            if !result.ok {
+                report.failed += 1;
+                self.metrics.api_error(result.operation);
+                continue;
+            }
+            if let Some((key, rv)) = result.status_of {
+                self.metrics.status_writes.inc();
+                if let Some(m) = self.memo.get_mut(&key) {
+                    m.written_over = rv;
+                }
+            }
+        }
+        report
+    }
+
+    async fn write_config_status(&self, stores: &Stores, pools: &[IPAddressPool]) {
+        let verdicts = validate::check_pools(pools);
+        for pool in pools {
+            let name = pool.name_any();
+            let mut status = IPAddressPoolStatus::default();
+            if let Some(stats) = self.allocator.pool_stats(&name) {
+                status.assigned_ipv4 = clamp(stats.v4.assigned);
+                status.available_ipv4 = clamp(stats.v4.available);
+                status.assigned_ipv6 = clamp(stats.v6.assigned);
+                status.available_ipv6 = clamp(stats.v6.available);
+            }
+            let (ok, reason, message) = match verdicts.get(&name) {
+                Some(PoolVerdict::NotReady(e)) => (false, e.reason(), e.to_string()),
+                _ => (true, "Valid", "the pool is in use".to_string()),
+            };
+            let old = pool.status.clone().unwrap_or_default();
+            status.conditions = vec![ready_condition(
+                &old.conditions,
+                pool.metadata.generation,
+                ok,
+                reason,
+                &message,
+            )];
+            if old != status {
+                let api: Api<IPAddressPool> =
+                    Api::namespaced(self.client.clone(), &self.settings.namespace);
+                if let Err(e) = api
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await
+                {
+                    warn!(pool = %name, error = %e, "writing pool status failed");
+                    self.metrics.api_error("pool_status");
+                }
+            }
+        }
+        let peers: Vec<BGPPeer> = stores.peers.state().iter().map(|p| (**p).clone()).collect();
+        let communities: Vec<Community> = stores
+            .communities
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        for adv in stores.l2.state() {
+            let errors = validate::check_l2_advertisement(&adv, pools);
+            self.write_ready::<L2Advertisement>(&adv, &errors).await;
+        }
+        for adv in stores.bgp.state() {
+            let errors = validate::check_bgp_advertisement(&adv, pools, &peers, &communities);
+            self.write_ready::<BGPAdvertisement>(&adv, &errors).await;
+        }
+        let alias_errors: Vec<ConfigError> = validate::community_aliases(&communities)
+            .err()
+            .into_iter()
+            .collect();
+        for c in stores.communities.state() {
+            self.write_ready::<Community>(&c, &alias_errors).await;
+        }
+    }
+
+    async fn write_ready<K>(&self, obj: &K, errors: &[ConfigError])
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + HasConditions
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let (ok, reason, message) = match errors.first() {
+            Some(e) => (
+                false,
+                e.reason(),
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            None => (true, "Valid", "the configuration is in use".to_string()),
+        };
+        let old = obj.conditions();
+        let new = vec![ready_condition(
+            &old,
+            obj.meta().generation,
+            ok,
+            reason,
+            &message,
+        )];
+        if old == new {
+            return;
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+        let name = obj.meta().name.clone().unwrap_or_default();
+        if let Err(e) = api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": new}})),
+            )
+            .await
+        {
+            warn!(object = %name, error = %e, "writing condition failed");
+            self.metrics.api_error("config_status");
+        }
+    }
+
+    fn update_metrics(&self, pools: &[IPAddressPool]) {
+        for pool in pools {
+            let name = pool.name_any();
+            let Some(stats) = self.allocator.pool_stats(&name) else {
+                continue;
+            };
+            for (family, s) in [(IpFamily::V4, stats.v4), (IpFamily::V6, stats.v6)] {
+                let labels = PoolLabels {
+                    pool: name.clone(),
+                    family: family_label(family).into(),
+                };
+                self.metrics
+                    .pool_addresses_total
+                    .get_or_create(&labels)
+                    .set((s.assigned + s.available) as f64);
+                self.metrics
+                    .pool_addresses_in_use
+                    .get_or_create(&labels)
+                    .set(s.assigned as f64);
+            }
+        }
+        self.metrics
+            .services_allocated
+            .set(self.allocator.assignments().len() as i64);
+    }
+}
+
+/// Objects whose status carries conditions.
+pub trait HasConditions {
+    /// The current conditions.
+    fn conditions(&self) -> Vec<Condition>;
+}
+
+macro_rules! has_conditions {
+    ($($t:ty),*) => {$(
+        impl HasConditions for $t {
+            fn conditions(&self) -> Vec<Condition> {
+                self.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()
+            }
+        }
+    )*};
+}
+has_conditions!(L2Advertisement, BGPAdvertisement, Community, BGPPeer);
+
+fn family_label(f: IpFamily) -> &'static str {
+    match f {
+        IpFamily::V4 => "ipv4",
+        IpFamily::V6 => "ipv6",
+    }
+}
+
+fn clamp(n: u128) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A `Ready` condition; keeps the old transition time when the status did not change.
+fn ready_condition(
+    old: &[Condition],
+    generation: Option<i64>,
+    ok: bool,
+    reason: &str,
+    message: &str,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let previous = old.iter().find(|c| c.type_ == CONDITION_READY);
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => Time(k8s_openapi::jiff::Timestamp::now()),
+    };
+    Condition {
+        type_: CONDITION_READY.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+fn event(svc: &Arc<Service>, type_: EventType, reason: &str, note: String) -> Write {
+    Write::Event {
+        svc: svc.clone(),
+        event: Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Allocate".into(),
+            secondary: None,
+        },
+    }
+}
+
+fn namespace_labels(namespaces: &Store<Namespace>, svc: &Service) -> BTreeMap<String, String> {
+    let ns = svc.namespace().unwrap_or_default();
+    namespaces
+        .get(&kube::runtime::reflector::ObjectRef::new(&ns))
+        .map(|n| n.labels().clone())
+        .unwrap_or_default()
+}
+
+fn allocator_pools(pools: &[IPAddressPool], default_mode: IpMode) -> Vec<Pool> {
+    let verdicts = validate::check_pools(pools);
+    let mut out: Vec<Pool> = pools
+        .iter()
+        .map(|p| pool_from_api(p, verdicts.get(&p.name_any()), default_mode))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Writes `status.loadBalancer.ingress` (the whole list) and the pool annotation, each under
+/// the resourceVersion the decision was based on, so a Service changed meanwhile is re-read
+/// rather than overwritten.
+async fn write_status(
+    client: &Client,
+    key: &ServiceKey,
+    rv: Option<&str>,
+    ingress: &[LoadBalancerIngress],
+    pool: Option<&str>,
+) -> bool {
+    let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
+    let pp = PatchParams::default();
+    let ingress_value = if ingress.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(ingress)
+    };
+    let status = json!({
+        "metadata": {"resourceVersion": rv},
+        "status": {"loadBalancer": {"ingress": ingress_value}},
+    });
+    let written = match api
+        .patch_status(&key.name, &pp, &Patch::Merge(status))
+        .await
+    {
+        Ok(s) => s,
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+            debug!(service = %key, code = e.code, "service changed meanwhile; will re-read");
+            return false;
+        }
+        Err(e) => {
+            warn!(service = %key, error = %e, "status write failed");
+            return false;
+        }
+    };
+    let annotated = written
+        .annotations()
+        .get(names::IP_ALLOCATED_FROM_POOL)
+        .map(String::as_str);
+    if annotated == pool {
+        return true;
+    }
+    let meta = json!({
+        "metadata": {
+            "resourceVersion": written.resource_version(),
+            "annotations": {names::IP_ALLOCATED_FROM_POOL: pool},
+        }
+    });
+    match api.patch(&key.name, &pp, &Patch::Merge(meta)).await {
+        Ok(_) => true,
+        Err(e) => {
+            debug!(service = %key, error = %e, "pool annotation write failed; will retry");
+            false
+        }
+    }
+}
+
+/// How long to wait before the next pass after one with failures: grows with consecutive failed
+/// passes, from 200 ms to 10 s.
+pub fn retry_delay(consecutive_failures: u32) -> Duration {
+    let ms = 200u64.saturating_mul(1 << consecutive_failures.min(6));
+    Duration::from_millis(ms.min(10_000))
+}
