@@ -1,0 +1,195 @@
+//! Fault injection for reliability tests (close watches, fail requests, add latency, expire the watch
+//! cache) and the request log. Shared between the handle and the HTTP layer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::error::ApiError;
+use super::state::State;
+
+/// How injected failures answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// 500 InternalError.
+    ServerError,
+    /// 429 TooManyRequests with `Retry-After` seconds.
+    TooManyRequests {
+        /// Seconds the client is told to wait.
+        retry_after_secs: u32,
+    },
+}
+
+impl Failure {
+    pub(crate) fn to_error(self, resource: &str) -> ApiError {
+        match self {
+            Failure::ServerError => ApiError::Injected {
+                code: 500,
+                retry_after: None,
+                message: format!("injected failure for {resource}"),
+            },
+            Failure::TooManyRequests { retry_after_secs } => ApiError::Injected {
+                code: 429,
+                retry_after: Some(retry_after_secs),
+                message: "Too many requests, please try again later.".into(),
+            },
+        }
+    }
+}
+
+/// The Kubernetes verb of a request, as RBAC names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// GET of one object (or of a non-resource URL).
+    Get,
+    /// GET of a collection.
+    List,
+    /// GET with `watch=true`.
+    Watch,
+    /// POST.
+    Create,
+    /// PUT.
+    Update,
+    /// PATCH.
+    Patch,
+    /// DELETE of one object.
+    Delete,
+    /// DELETE of a collection.
+    DeleteCollection,
+}
+
+impl Verb {
+    /// The RBAC spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+        }
+    }
+}
+
+/// One served request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// HTTP method.
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// The raw query string.
+    pub query: String,
+    /// The Kubernetes verb; `None` for paths that are not API resources or not understood.
+    pub verb: Option<Verb>,
+    /// API group of the resource (empty for core).
+    pub group: String,
+    /// Resource (plural), for resource requests.
+    pub resource: Option<String>,
+    /// Subresource (`status`).
+    pub subresource: Option<String>,
+    /// Namespace from the path.
+    pub namespace: Option<String>,
+    /// Object name from the path.
+    pub name: Option<String>,
+    /// `User-Agent` header.
+    pub user_agent: String,
+    /// HTTP status answered (200 for watches that started streaming).
+    pub status: u16,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct FaultState {
+    pub(crate) failures: HashMap<String, (u32, Failure)>,
+    pub(crate) latency: Duration,
+}
+
+/// Everything the HTTP layer and the handles share.
+#[derive(Debug)]
+pub struct Shared {
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) faults: Mutex<FaultState>,
+    pub(crate) log: Mutex<Vec<RequestRecord>>,
+    pub(crate) close_watches: tokio::sync::watch::Sender<u64>,
+    pub(crate) kill_connections: tokio::sync::watch::Sender<u64>,
+    pub(crate) restart: RestartSender,
+}
+
+/// Asks the server's supervisor to restart; the reply says it is listening again.
+pub(crate) type RestartSender =
+    tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>;
+/// The supervisor's end of [`RestartSender`].
+pub(crate) type RestartReceiver =
+    tokio::sync::mpsc::UnboundedReceiver<tokio::sync::oneshot::Sender<()>>;
+
+impl Shared {
+    pub(crate) fn new(state: State) -> (Self, RestartReceiver) {
+        let (restart, rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared = Self {
+            state: Arc::new(Mutex::new(state)),
+            faults: Mutex::new(FaultState::default()),
+            log: Mutex::new(Vec::new()),
+            close_watches: tokio::sync::watch::channel(0).0,
+            kill_connections: tokio::sync::watch::channel(0).0,
+            restart,
+        };
+        (shared, rx)
+    }
+
+    /// Takes one injected failure for `resource`, if any is pending.
+    pub(crate) fn take_failure(&self, resource: &str) -> Option<Failure> {
+        let mut f = self.faults.lock().expect("faults lock");
+        let entry = f.failures.get_mut(resource)?;
+        if entry.0 == 0 {
+            return None;
+        }
+        entry.0 -= 1;
+        Some(entry.1)
+    }
+}
+
+/// The fault-injection handle.
+#[derive(Clone, Debug)]
+pub struct Faults {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Faults {
+    /// Ends every open watch now (clients see the stream end and re-watch).
+    pub fn close_watches(&self) {
+        self.shared.close_watches.send_modify(|n| *n += 1);
+    }
+
+    /// Fails the next `count` requests for `resource` (plural, e.g. `services`) with `failure`.
+    pub fn fail_next(&self, resource: &str, count: u32, failure: Failure) {
+        self.shared
+            .faults
+            .lock()
+            .expect("faults lock")
+            .failures
+            .insert(resource.to_string(), (count, failure));
+    }
+
+    /// Adds `latency` before every answer (zero to remove).
+    pub fn set_latency(&self, latency: Duration) {
+        self.shared.faults.lock().expect("faults lock").latency = latency;
+    }
+
+    /// Forgets the watch cache: a watch from any earlier resourceVersion gets 410 Expired.
+    pub fn expire_watch_cache(&self) {
+        self.shared
+            .state
+            .lock()
+            .expect("state lock")
+            .store
+            .expire_history();
+    }
+
+    /// Removes every pending failure and the latency.
+    pub fn clear(&self) {
+        *self.shared.faults.lock().expect("faults lock") = FaultState::default();
+    }
+}
