@@ -1,0 +1,154 @@
+//! The controller assigns addresses as a user sees them: in `status.loadBalancer.ingress`,
+//! with `ipMode`, the pool annotation, and Events.
+
+mod support;
+
+use std::time::Duration;
+
+use ferrolb_api::names;
+use ferrolb_api::v1beta1::IpMode;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_gets_an_address_from_the_pool_with_ip_mode_vip() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.10.0/28"], None).await;
+    let _controller = cluster.spawn_controller("c1");
+    cluster.create_service("web", &[]).await;
+    let ingress = wait_for_ingress(&cluster.client(), "web").await;
+    assert_eq!(ingress, vec![("10.99.10.0".to_string(), "VIP".to_string())]);
+    let svc = Api::<Service>::namespaced(cluster.client(), "default")
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.metadata
+            .annotations
+            .unwrap()
+            .get(names::IP_ALLOCATED_FROM_POOL)
+            .map(String::as_str),
+        Some("blue")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_from_a_proxy_pool_gets_ip_mode_proxy() {
+    let cluster = Cluster::start().await;
+    cluster
+        .create_pool("proxied", &["10.99.11.0/28"], Some(IpMode::Proxy))
+        .await;
+    let _controller = cluster.spawn_controller("c1");
+    cluster.create_service("ingress", &[]).await;
+    let ingress = wait_for_ingress(&cluster.client(), "ingress").await;
+    assert_eq!(ingress[0].1, "Proxy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_asking_for_an_unknown_pool_gets_an_allocation_failed_event_and_no_status() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.12.0/28"], None).await;
+    let _controller = cluster.spawn_controller("c1");
+    cluster
+        .create_service("lost", &[(names::ADDRESS_POOL, "nope")])
+        .await;
+    cluster.create_service("found", &[]).await;
+    // Once a later Service is served, the first one has been looked at too.
+    wait_for_ingress(&cluster.client(), "found").await;
+    let events = Api::<Event>::namespaced(cluster.client(), "default");
+    let note = eventually(Duration::from_secs(10), "an AllocationFailed event", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find_map(|e| {
+                let regarding = e.regarding.as_ref()?.name.clone()?;
+                (regarding == "lost" && e.reason.as_deref() == Some("AllocationFailed"))
+                    .then(|| e.note.unwrap_or_default())
+            })
+        }
+    })
+    .await;
+    assert!(note.contains("nope"), "{note}");
+    let svc = Api::<Service>::namespaced(cluster.client(), "default")
+        .get("lost")
+        .await
+        .unwrap();
+    assert!(ingress(&svc).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_stops_being_a_load_balancer_loses_its_address_and_annotation() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.13.0/28"], None).await;
+    let _controller = cluster.spawn_controller("c1");
+    cluster.create_service("web", &[]).await;
+    wait_for_ingress(&cluster.client(), "web").await;
+    let api = Api::<Service>::namespaced(cluster.client(), "default");
+    let patch = serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "nodePort": null}]}});
+    api.patch(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch),
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(10), "the pool annotation to go", || {
+        let api = api.clone();
+        async move {
+            let svc = api.get("web").await.ok()?;
+            let annotated = svc
+                .metadata
+                .annotations
+                .clone()
+                .unwrap_or_default()
+                .contains_key(names::IP_ALLOCATED_FROM_POOL);
+            (!annotated && ingress(&svc).is_empty()).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlapping_newer_pool_is_reported_not_ready_and_not_used() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("older", &["10.99.14.0/30"], None).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // creationTimestamp has 1 s resolution
+    cluster.create_pool("newer", &["10.99.14.0/24"], None).await;
+    let _controller = cluster.spawn_controller("c1");
+    let pools = Api::<ferrolb_api::v1beta1::IPAddressPool>::namespaced(cluster.client(), NS);
+    let condition = eventually(
+        Duration::from_secs(10),
+        "the newer pool's condition",
+        || {
+            let pools = pools.clone();
+            async move {
+                let p = pools.get("newer").await.ok()?;
+                p.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Ready")
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "Overlap")
+    );
+    for i in 0..5 {
+        cluster.create_service(&format!("s{i}"), &[]).await;
+    }
+    // Four addresses in `older`; the fifth Service gets nothing rather than one from `newer`.
+    for i in 0..4 {
+        let ing = wait_for_ingress(&cluster.client(), &format!("s{i}")).await;
+        assert!(ing[0].0.starts_with("10.99.14."), "{ing:?}");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let s4 = Api::<Service>::namespaced(cluster.client(), "default")
+        .get("s4")
+        .await
+        .unwrap();
+    assert!(ingress(&s4).is_empty(), "{:?}", ingress(&s4));
+}

@@ -1,0 +1,233 @@
+//! Shared harness of the controller's integration tests: the test API server with FerroLB's
+//! CRDs, and the real `ferrolb-controller` binary pointed at it.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferrolb_api::v1beta1::{IPAddressPool, IPAddressPoolSpec, IpMode};
+use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
+use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
+use kube::api::{Api, ObjectMeta, PostParams};
+
+/// The install namespace used by the tests.
+pub const NS: &str = "ferrolb-system";
+
+/// A test API server with FerroLB's CRDs and the namespaces the tests use.
+pub struct Cluster {
+    /// The server.
+    pub server: ApiServerHandle,
+    /// Kubeconfig file for the binaries.
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts the server and creates the `ferrolb-system` and `default` namespaces.
+    pub async fn start() -> Self {
+        let crds = ferrolb_api::crd::chart_crd_dir();
+        let server = ApiServer::start(ApiServerConfig::default().with_crd_dir(crds))
+            .await
+            .expect("test API server starts");
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        let c = Self {
+            server,
+            kubeconfig,
+            _dir: dir,
+        };
+        for ns in [NS, "default", "team-a"] {
+            c.create_namespace(ns, BTreeMap::new()).await;
+        }
+        c
+    }
+
+    /// A client of the server.
+    pub fn client(&self) -> kube::Client {
+        self.server.client()
+    }
+
+    /// Creates a namespace with labels.
+    pub async fn create_namespace(&self, name: &str, labels: BTreeMap<String, String>) {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let _ = Api::<Namespace>::all(self.client())
+            .create(&PostParams::default(), &ns)
+            .await;
+    }
+
+    /// Creates a pool in the install namespace.
+    pub async fn create_pool(&self, name: &str, addresses: &[&str], ip_mode: Option<IpMode>) {
+        let pool = IPAddressPool {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                ..Default::default()
+            },
+            spec: IPAddressPoolSpec {
+                addresses: addresses.iter().map(|s| s.to_string()).collect(),
+                auto_assign: true,
+                avoid_buggy_ips: false,
+                service_allocation: None,
+                ip_mode,
+            },
+            status: None,
+        };
+        Api::<IPAddressPool>::namespaced(self.client(), NS)
+            .create(&PostParams::default(), &pool)
+            .await
+            .expect("pool is created");
+    }
+
+    /// Creates a LoadBalancer Service in `default` with one TCP port.
+    pub async fn create_service(&self, name: &str, annotations: &[(&str, &str)]) -> Service {
+        self.create_service_with(name, annotations, |_| {}).await
+    }
+
+    /// Creates a LoadBalancer Service in `default`, letting the caller adjust the spec.
+    pub async fn create_service_with(
+        &self,
+        name: &str,
+        annotations: &[(&str, &str)],
+        adjust: impl FnOnce(&mut ServiceSpec),
+    ) -> Service {
+        let mut spec = ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            selector: Some([("app".to_string(), name.to_string())].into()),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        adjust(&mut spec);
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        };
+        Api::<Service>::namespaced(self.client(), "default")
+            .create(&PostParams::default(), &svc)
+            .await
+            .expect("service is created")
+    }
+
+    /// Starts the real controller binary with fast election timings.
+    pub fn spawn_controller(&self, identity: &str) -> ControllerProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_ferrolb-controller"))
+            .args(["--kubeconfig", self.kubeconfig.to_str().unwrap()])
+            .args([
+                "--namespace",
+                NS,
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--identity",
+                identity,
+            ])
+            .args([
+                "--lease-duration",
+                "3s",
+                "--renew-deadline",
+                "2s",
+                "--retry-period",
+                "500ms",
+            ])
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the controller binary starts");
+        ControllerProcess { child }
+    }
+}
+
+/// A running controller; killed (SIGKILL) when dropped.
+pub struct ControllerProcess {
+    child: Child,
+}
+
+impl ControllerProcess {
+    /// Kills the process at once, as a node failure would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `(ip, ipMode)` pairs of a Service's status.
+pub fn ingress(svc: &Service) -> Vec<(String, String)> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            (
+                i.ip.clone().unwrap_or_default(),
+                i.ip_mode.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the Service has an address and returns its ingress.
+pub async fn wait_for_ingress(client: &kube::Client, name: &str) -> Vec<(String, String)> {
+    let api = Api::<Service>::namespaced(client.clone(), "default");
+    eventually(
+        Duration::from_secs(20),
+        &format!("an address for {name}"),
+        || {
+            let api = api.clone();
+            async move {
+                let svc = api.get(name).await.ok()?;
+                let ing = ingress(&svc);
+                (!ing.is_empty()).then_some(ing)
+            }
+        },
+    )
+    .await
+}
