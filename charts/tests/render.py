@@ -12,6 +12,8 @@ What it does, in order:
   2. `helm template`: prints every rendered manifest as one multi-document YAML stream on stdout,
      ordered by template path, each document preceded by a `# Source:` comment.
      With --notes it prints the rendered NOTES.txt instead.
+     With --kube-apiserver URL the chart's `lookup` calls read that API server (nothing is written
+     there), and --upgrade renders as an upgrade of an installed release instead of an install.
 
 Exit status: 0 rendered; 1 lint or render failed (Helm's messages on stderr); 2 bad usage;
 3 helm-python-sdk is not installed (callers may skip, and say so).
@@ -56,6 +58,10 @@ def main() -> int:
     parser.add_argument("--release", default="ferrolb", help="release name")
     parser.add_argument("--chart", default=CHART_DIR, type=pathlib.Path, help="chart directory")
     parser.add_argument("--notes", action="store_true", help="print the rendered NOTES.txt only")
+    parser.add_argument("--kube-apiserver", metavar="URL",
+                        help="API server that `lookup` reads (default: none, lookups are empty)")
+    parser.add_argument("--upgrade", action="store_true",
+                        help="render as an upgrade rather than a first install")
     args = parser.parse_args()
 
     try:
@@ -87,10 +93,17 @@ def main() -> int:
                 print(f"  {error.strip()}", file=sys.stderr)
         return EXIT_FAILED
 
+    mode = {"is_upgrade": True} if args.upgrade else {"is_install": True}
     try:
         with helm.Chart.load(str(args.chart)) as chart:
-            manifests = chart.render(values, name=args.release, namespace=args.namespace,
-                                     is_install=True)
+            if args.kube_apiserver:
+                with helm.Config(kube_apiserver=args.kube_apiserver,
+                                 namespace=args.namespace) as cluster:
+                    manifests = cluster.render(chart, values, name=args.release,
+                                               namespace=args.namespace, **mode)
+            else:
+                manifests = chart.render(values, name=args.release, namespace=args.namespace,
+                                         **mode)
     except helm.HelmError as err:
         print(f"helm template failed: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -8,6 +8,10 @@
 
 #[path = "chart/crd_schema.rs"]
 mod crd_schema;
+#[path = "chart/lookup_server.rs"]
+mod lookup_server;
+#[path = "chart/monitoring.rs"]
+mod monitoring;
 #[path = "chart/render.rs"]
 mod render;
 
@@ -17,6 +21,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crd_schema::{crd_schemas, schema_mismatches};
+use lookup_server::LookupServer;
 use render::{
     HelmRun, Objects, args, chart_dir, chart_yaml, env, field_ref, flag, only_container,
     parse_objects, render_or_skip, run_render, skip, variant, variants, workspace,
@@ -539,95 +544,6 @@ fn control_plane_toleration_is_added_only_when_asked() {
 }
 
 #[test]
-fn monitoring_objects_appear_only_when_enabled() {
-    let Some(all) = variants() else { return };
-    for (name, objects) in all {
-        let kinds: Vec<_> = objects
-            .monitoring
-            .iter()
-            .map(|o| o["kind"].as_str().unwrap_or_default())
-            .collect();
-        if name == "monitoring" {
-            assert_eq!(kinds, ["PrometheusRule", "ServiceMonitor"], "{name}");
-        } else {
-            assert!(kinds.is_empty(), "{name} renders {kinds:?}");
-        }
-    }
-}
-
-#[test]
-fn alerts_cover_pool_usage_bgp_sessions_and_unannounced_addresses() {
-    let Some(objects) = variant("monitoring") else {
-        return;
-    };
-    let rule = objects
-        .monitoring
-        .iter()
-        .find(|o| o["kind"] == "PrometheusRule")
-        .expect("a rule");
-    let alerts: Vec<&Value> = rule["spec"]["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .flat_map(|g| g["rules"].as_array().expect("rules"))
-        .collect();
-    let pool: BTreeMap<&str, &str> = alerts
-        .iter()
-        .filter(|a| a["alert"] == "FerroLBAddressPoolUsageHigh")
-        .map(|a| {
-            (
-                a["labels"]["severity"].as_str().unwrap(),
-                a["expr"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    for (severity, threshold) in [("info", "75"), ("warning", "85"), ("critical", "95")] {
-        let expr = pool
-            .get(severity)
-            .unwrap_or_else(|| panic!("a {severity} pool alert"));
-        assert!(
-            expr.contains("ferrolb_address_pool_addresses_in_use"),
-            "{expr}"
-        );
-        assert!(
-            expr.contains("ferrolb_address_pool_addresses_total"),
-            "{expr}"
-        );
-        assert!(expr.trim().ends_with(&format!("> {threshold}")), "{expr}");
-    }
-    let expr = |name: &str| {
-        alerts
-            .iter()
-            .find(|a| a["alert"] == name)
-            .and_then(|a| a["expr"].as_str())
-            .unwrap_or_else(|| panic!("{name}"))
-    };
-    assert_eq!(expr("FerroLBBGPSessionDown"), "ferrolb_bgp_session_up == 0");
-    let unannounced = expr("FerroLBAddressNotAnnounced");
-    assert!(
-        unannounced.contains("ferrolb_service_address_assigned") && unannounced.contains("unless")
-    );
-    for alert in &alerts {
-        assert!(alert["annotations"]["summary"].is_string(), "{alert}");
-        assert!(
-            alert["annotations"]["summary"]
-                .as_str()
-                .unwrap()
-                .contains("{{ $labels."),
-            "{alert}"
-        );
-    }
-    let monitor = objects
-        .monitoring
-        .iter()
-        .find(|o| o["kind"] == "ServiceMonitor")
-        .expect("a monitor");
-    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
-    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
-    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "15s");
-}
-
-#[test]
 fn a_typo_in_values_fails_rendering_at_every_level() {
     for typo in [
         r#"loadBalancerClas="example.com/x""#,
@@ -825,4 +741,46 @@ fn notes_give_a_ready_pool_and_advertisement_that_fit_the_crds() {
             "{notes}"
         );
     }
+}
+
+#[test]
+fn gossip_key_already_in_the_cluster_is_kept_on_upgrade() {
+    let earlier_key = b"key made by the first install 32".to_vec();
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("ferrolb-memberlist".into()),
+            namespace: Some(NAMESPACE.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "secretkey".to_owned(),
+            k8s_openapi::ByteString(earlier_key.clone()),
+        )])),
+        ..Default::default()
+    };
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/secrets/ferrolb-memberlist");
+    let cluster = LookupServer::start(BTreeMap::from([(
+        path,
+        serde_json::to_value(&secret).expect("a Secret serializes"),
+    )]));
+    let url = cluster.url();
+    let Some(yaml) = render_or_skip(&["--kube-apiserver", &url, "--upgrade"]) else {
+        return;
+    };
+    let rendered = parse_objects(&yaml);
+    let key = &rendered.secrets[0].data.as_ref().expect("data")["secretkey"].0;
+    assert_eq!(
+        key, &earlier_key,
+        "the upgrade keeps the key the speakers already share"
+    );
+
+    let empty_cluster = LookupServer::start(BTreeMap::new());
+    let url = empty_cluster.url();
+    let Some(yaml) = render_or_skip(&["--kube-apiserver", &url]) else {
+        return;
+    };
+    let rendered = parse_objects(&yaml);
+    let key = &rendered.secrets[0].data.as_ref().expect("data")["secretkey"].0;
+    assert_eq!(key.len(), 32, "a first install makes a fresh 32-byte key");
+    assert_ne!(key, &earlier_key);
 }
