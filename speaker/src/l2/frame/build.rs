@@ -127,3 +127,21 @@ pub fn unsolicited_na(mac: MacAddr, target: Ipv6Addr) -> [u8; NA_FRAME_LEN] {
         NA_OVERRIDE,
     )
 }
+
+/// A Neighbor Solicitation for `target` from `src` at `mac`, to the target's solicited-node
+/// group, with a source link-layer address option (RFC 4861 §4.3), as a host resolving the
+/// address sends it. Used by tests and the flood tool.
+pub fn neighbor_solicitation(mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) -> [u8; NA_FRAME_LEN] {
+    let group = super::solicited_node(target);
+    let mut f = na(MacAddr::ipv6_multicast(group), group, mac, target, 0);
+    // Same layout as an advertisement: fix the source, type, option type and checksum.
+    f[22..38].copy_from_slice(&src.octets());
+    let m = &mut f[54..];
+    m[0] = 135;
+    m[24] = 1; // option: source link-layer address
+    m[2] = 0;
+    m[3] = 0;
+    let sum = icmpv6_checksum(src, group, m);
+    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    f
+}

@@ -14,7 +14,8 @@ mod build;
 mod parse;
 
 pub use build::{
-    arp_reply, gratuitous_arp_reply, gratuitous_arp_request, neighbor_advertisement, unsolicited_na,
+    arp_reply, gratuitous_arp_reply, gratuitous_arp_request, neighbor_advertisement,
+    neighbor_solicitation, unsolicited_na,
 };
 pub use parse::parse;
 

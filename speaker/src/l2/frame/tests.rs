@@ -341,3 +341,18 @@ mod fuzz_like {
         }
     }
 }
+
+#[test]
+fn our_neighbor_solicitation_matches_what_ndisc6_sends_apart_from_the_flow_label() {
+    let ns = neighbor_solicitation(
+        MAC_A,
+        "fd00:99:7::1".parse().unwrap(),
+        "fd00:99:7::2".parse().unwrap(),
+    );
+    let mut want = hex(NDISC6_NS);
+    // ndisc6 set a flow label; we send 0, which changes no checksum (not in the pseudo-header).
+    want[15] = 0;
+    want[16] = 0;
+    want[17] = 0;
+    assert_eq!(ns.to_vec(), want);
+}

@@ -1,0 +1,403 @@
+//! A layer-2 lab in network namespaces: a bridge in a switch namespace, node namespaces running
+//! `l2-probe`, a client namespace with `arping` / `ndisc6`. Shared by the `l2_*` tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Node names used for election, index-aligned with the node namespaces.
+pub const NODE_NAMES: [&str; 3] = ["node-0", "node-1", "node-2"];
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `ip`-style commands and returns their output.
+pub fn run(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"))
+}
+
+fn must(cmd: &str, args: &[&str]) {
+    let out = run(cmd, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+struct Probe {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: PathBuf,
+}
+
+/// The namespaces and processes of one test; all removed on drop.
+pub struct Lab {
+    prefix: String,
+    switch: String,
+    client: String,
+    nodes: Vec<String>,
+    probes: Vec<Option<Probe>>,
+    dir: PathBuf,
+}
+
+impl Lab {
+    /// Builds the lab with `n` nodes, or prints why it cannot and returns `None`.
+    pub fn new(n: usize) -> Option<Lab> {
+        let root = run("id", &["-u"]);
+        if String::from_utf8_lossy(&root.stdout).trim() != "0" {
+            eprintln!("skipped: needs root for network namespaces");
+            return None;
+        }
+        for bin in ["ip", "arping", "ndisc6"] {
+            if !have(bin) {
+                eprintln!(
+                    "skipped: `{bin}` is not installed (apt-get install iproute2 iputils-arping ndisc6)"
+                );
+                return None;
+            }
+        }
+        let prefix = format!(
+            "fl2-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lab = Lab {
+            switch: format!("{prefix}-sw"),
+            client: format!("{prefix}-c"),
+            nodes: (0..n).map(|i| format!("{prefix}-n{i}")).collect(),
+            probes: (0..n).map(|_| None).collect(),
+            prefix,
+            dir,
+        };
+        lab.build();
+        Some(lab)
+    }
+
+    fn build(&mut self) {
+        let sw = self.switch.clone();
+        for ns in std::iter::once(&self.switch)
+            .chain(std::iter::once(&self.client))
+            .chain(&self.nodes)
+        {
+            must("ip", &["netns", "add", ns]);
+        }
+        // Multicast snooping would make the bridge drop malformed IPv6 before the nodes see it.
+        must(
+            "ip",
+            &[
+                "-n",
+                &sw,
+                "link",
+                "add",
+                "br0",
+                "type",
+                "bridge",
+                "mcast_snooping",
+                "0",
+            ],
+        );
+        must("ip", &["-n", &sw, "link", "set", "br0", "up"]);
+        // With br_netfilter loaded (bridge-nf-call-ip6tables=1, as on Docker hosts), the bridge
+        // validates IPv6 headers and drops malformed ones; a real switch does not.
+        for family in ["iptables", "ip6tables", "arptables"] {
+            let key = format!("net.bridge.bridge-nf-call-{family}=0");
+            let _ = run("ip", &["netns", "exec", &sw, "sysctl", "-qw", &key]);
+        }
+        let hosts: Vec<(String, String, String)> = std::iter::once((
+            self.client.clone(),
+            "10.99.0.2/24".to_string(),
+            "fd00:99::2/64".to_string(),
+        ))
+        .chain(self.nodes.iter().enumerate().map(|(i, ns)| {
+            (
+                ns.clone(),
+                format!("10.99.0.{}/24", 11 + i),
+                format!("fd00:99::{}/64", 11 + i),
+            )
+        }))
+        .collect();
+        for (i, (ns, v4, v6)) in hosts.iter().enumerate() {
+            let port = format!("p{i}");
+            must(
+                "ip",
+                &[
+                    "-n", &sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                    "netns", ns,
+                ],
+            );
+            must(
+                "ip",
+                &["-n", &sw, "link", "set", &port, "master", "br0", "up"],
+            );
+            must("ip", &["-n", ns, "addr", "add", v4, "dev", "eth0"]);
+            must("ip", &["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
+            must("ip", &["-n", ns, "link", "set", "eth0", "up"]);
+            must("ip", &["-n", ns, "link", "set", "lo", "up"]);
+        }
+    }
+
+    /// Starts `l2-probe` in node `i` owning `addrs`; with `control`, its owned set can be
+    /// changed later with [`Lab::control`].
+    pub fn start_probe(&mut self, i: usize, addrs: &[String], control: bool) {
+        let out = self.dir.join(format!("probe-{i}.out"));
+        let mut args = vec![
+            "netns".to_string(),
+            "exec".into(),
+            self.nodes[i].clone(),
+            env!("CARGO_BIN_EXE_l2-probe").into(),
+            "--stats-ms".into(),
+            "100".into(),
+        ];
+        if control {
+            args.push("--control".into());
+        }
+        args.extend(addrs.iter().cloned());
+        let mut child = Command::new("ip")
+            .args(&args)
+            .stdin(if control {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(File::create(&out).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting l2-probe");
+        let stdin = child.stdin.take();
+        self.probes[i] = Some(Probe { child, stdin, out });
+    }
+
+    /// Waits until every started probe printed its first counters line (it is up).
+    pub fn wait_for_probes(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for i in 0..self.probes.len() {
+            if self.probes[i].is_none() {
+                continue;
+            }
+            while self.last_stats_line(i).is_none() {
+                assert!(self.probe_alive(i), "probe {i} exited at start");
+                assert!(Instant::now() < deadline, "probe {i} printed nothing");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    fn last_stats_line(&self, i: usize) -> Option<String> {
+        let p = self.probes[i].as_ref()?;
+        let text = std::fs::read_to_string(&p.out).ok()?;
+        text.lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .map(str::to_owned)
+    }
+
+    /// The latest counters printed by node `i`'s probe.
+    pub fn probe_stats(&self, i: usize) -> serde_json::Value {
+        let line = self.last_stats_line(i).expect("no counters yet");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Whether node `i`'s probe is still running.
+    pub fn probe_alive(&mut self, i: usize) -> bool {
+        self.probes[i]
+            .as_mut()
+            .is_some_and(|p| matches!(p.child.try_wait(), Ok(None)))
+    }
+
+    /// Sends a new owned set to node `i`'s probe and waits until it applied it.
+    pub fn control(&mut self, i: usize, line: &str) {
+        let p = self.probes[i].as_mut().expect("probe not started");
+        let before = std::fs::read_to_string(&p.out)
+            .unwrap_or_default()
+            .matches("owned ")
+            .count();
+        let stdin = p.stdin.as_mut().expect("probe started without --control");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(&p.out)
+            .unwrap_or_default()
+            .matches("owned ")
+            .count()
+            == before
+        {
+            assert!(
+                Instant::now() < deadline,
+                "probe {i} did not apply `{line}`"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The MAC of node `i`'s `eth0`, lower case.
+    pub fn node_mac(&self, i: usize) -> String {
+        mac_of(&self.nodes[i])
+    }
+
+    /// The MACs that answered the client for `ip`: `arping` for IPv4, `ndisc6` (all replies)
+    /// for IPv6. Lower case.
+    pub fn resolve(&self, ip: IpAddr) -> BTreeSet<String> {
+        let target = ip.to_string();
+        let out = match ip {
+            IpAddr::V4(_) => run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &self.client,
+                    "arping",
+                    "-c",
+                    "3",
+                    "-w",
+                    "2",
+                    "-I",
+                    "eth0",
+                    &target,
+                ],
+            ),
+            IpAddr::V6(_) => run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &self.client,
+                    "ndisc6",
+                    "-n",
+                    "-m",
+                    "-r",
+                    "2",
+                    "-w",
+                    "700",
+                    &target,
+                    "eth0",
+                ],
+            ),
+        };
+        let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+        text.lines()
+            .filter_map(|l| {
+                if let Some(rest) = l.strip_prefix("unicast reply from ") {
+                    let open = rest.find('[')?;
+                    let close = rest.find(']')?;
+                    Some(rest[open + 1..close].to_string())
+                } else {
+                    l.strip_prefix("target link-layer address: ")
+                        .map(|m| m.trim().to_string())
+                }
+            })
+            .collect()
+    }
+
+    /// Makes the client's kernel resolve `ip` by sending it one UDP datagram (arping and ndisc6
+    /// do not fill the kernel's cache).
+    pub fn client_learn(&self, ip: &str) {
+        let _ = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.client,
+                "bash",
+                "-c",
+                &format!("echo x > /dev/udp/{ip}/9"),
+            ],
+        );
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.client_neigh(ip).is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The MAC the client's kernel holds for `ip`, if any.
+    pub fn client_neigh(&self, ip: &str) -> Option<String> {
+        let out = run(
+            "ip",
+            &["-n", &self.client, "neigh", "show", ip, "dev", "eth0"],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+        let mut words = text.split_whitespace();
+        while let Some(w) = words.next() {
+            if w == "lladdr" {
+                return words.next().map(str::to_owned);
+            }
+        }
+        None
+    }
+
+    /// Runs `l2-flood` in the client and returns its JSON report.
+    pub fn flood(&self, count: usize, v4: &str, v6: &str) -> serde_json::Value {
+        let out = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.client,
+                env!("CARGO_BIN_EXE_l2-flood"),
+                "eth0",
+                &count.to_string(),
+                v4,
+                v6,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "l2-flood: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The name of the client namespace.
+    pub fn client(&self) -> &str {
+        &self.client
+    }
+
+    /// The name of node `i`'s namespace.
+    pub fn node(&self, i: usize) -> &str {
+        &self.nodes[i]
+    }
+}
+
+fn mac_of(ns: &str) -> String {
+    let out = run("ip", &["-n", ns, "link", "show", "eth0"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "link/ether" {
+            return words.next().unwrap().to_string();
+        }
+    }
+    panic!("no MAC on eth0 in {ns}: {text}");
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for p in self.probes.iter_mut().flatten() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        for ns in self.nodes.iter().chain([&self.client, &self.switch]) {
+            let _ = run("ip", &["netns", "del", ns]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = &self.prefix;
+    }
+}
