@@ -123,6 +123,7 @@ fn service_strategy() -> impl Strategy<Value = ServiceRequest> {
 }
 
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 enum Op {
     Assign(ServiceRequest),
     Release(u8, bool),
