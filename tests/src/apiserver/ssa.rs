@@ -164,10 +164,9 @@ const UNOWNED_META: [&str; 9] = [
 fn collect(v: &Value, shape: &Shape, path: &mut Path, out: &mut FieldSet, dots: bool) {
     match v {
         Value::Object(o) if !shape.atomic_map() && !o.is_empty() => {
-            if dots
-                && !path.is_empty()
-                && (shape.custom || shape.in_metadata() || shape.names.len() > 1)
-            {
+            // Top-level Go structs (and metadata everywhere) always exist, so they get no "." member.
+            let top = shape.names.len() == 1;
+            if dots && !path.is_empty() && !(top && (!shape.custom || shape.in_metadata())) {
                 out.insert(path.clone());
             }
             for (k, child) in o {

@@ -1,0 +1,370 @@
+//! Conformance: watch semantics (initial events, replay, 410, bookmarks, timeouts, selector
+//! transitions) and a kube-runtime watcher across forced closes and expiry.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+
+fn svc(name: &str, labels: serde_json::Value) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn watch_from_a_list_version_sees_added_modified_deleted_then_a_bookmark_and_closes_at_timeout()
+ {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("watch").await;
+    let list = c
+        .json("GET", &format!("/api/v1/namespaces/{ns}/services"), None)
+        .await;
+    let rv = list.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    let path = format!(
+        "/api/v1/namespaces/{ns}/services?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=5"
+    );
+    let watch = c.json("GET", &path, None);
+    let writes = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        api.create(&PostParams::default(), &svc("w1", json!({"set": "watch"})))
+            .await
+            .unwrap();
+        api.patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"step": "2"}}})),
+        )
+        .await
+        .unwrap();
+        api.delete("w1", &DeleteParams::default()).await.unwrap();
+    };
+    let (r, ()) = tokio::join!(watch, writes);
+    assert_eq!(r.status, 200);
+    let lines = r.lines();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, vec!["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]);
+    let deleted_rv = &lines[2]["object"]["metadata"]["resourceVersion"];
+    assert_eq!(
+        &lines[3]["object"]["metadata"]["resourceVersion"], deleted_rv,
+        "the bookmark carries the last revision"
+    );
+    assert_eq!(
+        lines[3]["object"]["spec"],
+        json!({}),
+        "a Service bookmark is an empty object"
+    );
+}
+
+#[tokio::test]
+async fn watch_without_resource_version_starts_with_synthetic_added_events() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("watch").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    for n in ["a", "b"] {
+        api.create(&PostParams::default(), &svc(n, json!({"set": "watch"})))
+            .await
+            .unwrap();
+    }
+    let r = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?watch=true&timeoutSeconds=1"),
+            None,
+        )
+        .await;
+    let names: Vec<String> = r
+        .lines()
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l["type"].as_str().unwrap(),
+                l["object"]["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(names, vec!["ADDED a", "ADDED b"]);
+}
+
+#[tokio::test]
+async fn streaming_list_ends_initial_events_with_an_annotated_bookmark() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("watch").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    api.create(&PostParams::default(), &svc("a", json!({})))
+        .await
+        .unwrap();
+    let path = format!(
+        "/api/v1/namespaces/{ns}/services?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+    );
+    let lines = c.json("GET", &path, None).await.lines();
+    assert_eq!(lines[0]["type"], "ADDED");
+    assert_eq!(lines[1]["type"], "BOOKMARK");
+    assert_eq!(
+        lines[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let r = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?watch=true&sendInitialEvents=true&timeoutSeconds=1"), None).await;
+    assert_eq!(
+        r.status, 422,
+        "sendInitialEvents requires resourceVersionMatch=NotOlderThan"
+    );
+}
+
+#[tokio::test]
+async fn watch_with_a_label_selector_reports_an_object_leaving_as_deleted_and_returning_as_added() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("watch").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    let created = api
+        .create(&PostParams::default(), &svc("s", json!({"set": "in"})))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+    let path = format!(
+        "/api/v1/namespaces/{ns}/services?watch=true&labelSelector=set%3Din&resourceVersion={rv}&timeoutSeconds=2"
+    );
+    let watch = c.json("GET", &path, None);
+    let writes = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        api.patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"set": "out"}}})),
+        )
+        .await
+        .unwrap();
+        api.patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"set": "in"}}})),
+        )
+        .await
+        .unwrap();
+    };
+    let (r, ()) = tokio::join!(watch, writes);
+    let lines = r.lines();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, vec!["DELETED", "ADDED"]);
+    assert_eq!(
+        lines[0]["object"]["metadata"]["labels"]["set"], "in",
+        "DELETED carries the old state"
+    );
+}
+
+#[tokio::test]
+async fn watch_from_expired_version_is_410_gone() {
+    let mut c = support::cluster().await;
+    let Some(faults) = c.faults() else { return };
+    let ns = c.namespace("watch").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    let created = api
+        .create(&PostParams::default(), &svc("s", json!({})))
+        .await
+        .unwrap();
+    api.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "1"}}})),
+    )
+    .await
+    .unwrap();
+    faults.expire_watch_cache();
+    let rv = created.metadata.resource_version.unwrap();
+    let r = c
+        .json(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{ns}/services?watch=true&resourceVersion={rv}&timeoutSeconds=2"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "the 410 arrives inside the stream");
+    let lines = r.lines();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["type"], "ERROR");
+    assert_eq!(lines[0]["object"]["code"], 410);
+    assert_eq!(lines[0]["object"]["reason"], "Expired");
+}
+
+#[tokio::test]
+async fn watch_from_a_version_in_the_cache_replays_history() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("watch").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    let created = api
+        .create(&PostParams::default(), &svc("s", json!({})))
+        .await
+        .unwrap();
+    api.patch(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "1"}}})),
+    )
+    .await
+    .unwrap();
+    api.delete("s", &DeleteParams::default()).await.unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+    let r = c
+        .json(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{ns}/services?watch=true&resourceVersion={rv}&timeoutSeconds=1"
+            ),
+            None,
+        )
+        .await;
+    let types: Vec<String> = r
+        .lines()
+        .iter()
+        .map(|l| l["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(types, vec!["MODIFIED", "DELETED"]);
+}
+
+#[tokio::test]
+async fn watch_with_a_non_numeric_timeout_is_400() {
+    let c = support::cluster().await;
+    let r = c
+        .json(
+            "GET",
+            "/api/v1/namespaces/default/services?watch=true&timeoutSeconds=abc",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["message"],
+        "strconv.ParseInt: parsing \"abc\": invalid syntax"
+    );
+}
+
+/// The state a watcher's events describe, rebuilt the way a reflector does.
+fn apply_event(
+    store: &mut BTreeMap<String, String>,
+    buffer: &mut BTreeMap<String, String>,
+    e: Event<Service>,
+) {
+    let key = |s: &Service| s.metadata.name.clone().unwrap();
+    let value = |s: &Service| {
+        s.metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .get("v")
+            .cloned()
+            .unwrap_or_default()
+    };
+    match e {
+        Event::Apply(s) => {
+            store.insert(key(&s), value(&s));
+        }
+        Event::Delete(s) => {
+            store.remove(&key(&s));
+        }
+        Event::Init => buffer.clear(),
+        Event::InitApply(s) => {
+            buffer.insert(key(&s), value(&s));
+        }
+        Event::InitDone => *store = std::mem::take(buffer),
+    }
+}
+
+#[tokio::test]
+async fn kube_runtime_watcher_sees_every_change_across_forced_close_and_410() {
+    let mut c = support::cluster().await;
+    let Some(faults) = c.faults() else { return };
+    let ns = c.namespace("watcher").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut seen = BTreeMap::new();
+    let mut buffer = BTreeMap::new();
+    let mut expected = BTreeMap::new();
+    async fn settle(
+        stream: &mut (impl futures::Stream<Item = Result<Event<Service>, watcher::Error>> + Unpin),
+        seen: &mut BTreeMap<String, String>,
+        buffer: &mut BTreeMap<String, String>,
+        expected: &BTreeMap<String, String>,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while seen != expected {
+            let next = tokio::time::timeout_at(deadline, stream.next())
+                .await
+                .expect("watcher caught up in time");
+            if let Some(Ok(e)) = next {
+                apply_event(seen, buffer, e);
+            }
+        }
+    }
+    for round in 0..3 {
+        for i in 0..3 {
+            let name = format!("s{i}");
+            let v = format!("{round}");
+            if round == 0 {
+                api.create(&PostParams::default(), &svc(&name, json!({"v": v})))
+                    .await
+                    .unwrap();
+            } else {
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"v": v}}})),
+                )
+                .await
+                .unwrap();
+            }
+            expected.insert(name, v);
+        }
+        if round == 2 {
+            api.delete("s1", &DeleteParams::default()).await.unwrap();
+            expected.remove("s1");
+        }
+        settle(&mut stream, &mut seen, &mut buffer, &expected).await;
+        match round {
+            0 => faults.close_watches(),
+            1 => {
+                faults.expire_watch_cache();
+                faults.close_watches();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, expected);
+    let log = c.server().expect("double").request_log();
+    let lists = log
+        .iter()
+        .filter(|r| {
+            r.verb == Some(ferrolb_tests::apiserver::Verb::List)
+                && r.namespace.as_deref() == Some(ns.as_str())
+        })
+        .count();
+    let watches = log
+        .iter()
+        .filter(|r| {
+            r.verb == Some(ferrolb_tests::apiserver::Verb::Watch)
+                && r.namespace.as_deref() == Some(ns.as_str())
+        })
+        .count();
+    assert!(
+        lists >= 2,
+        "the 410 made the watcher list again ({lists} lists)"
+    );
+    assert!(
+        watches >= 3,
+        "each forced close made the watcher watch again ({watches} watches)"
+    );
+}
