@@ -4,7 +4,7 @@
 Helm comes from the PyPI package helm-python-sdk, which bundles Helm's Go library (libhelm_c) and
 calls it through ctypes: no helm binary, no cluster, no network.
 
-    pip install helm-python-sdk==0.2.2
+    python3 -m pip install helm-python-sdk==0.2.2
     python3 charts/tests/render.py [-f VALUES.yaml]... [--set-json KEY=JSON]... > rendered.yaml
 
 What it does, in order:
@@ -68,7 +68,7 @@ def main() -> int:
         import helm_python as helm
     except ImportError as err:
         print(f"helm-python-sdk is not installed ({err}); "
-              "install it with: pip install helm-python-sdk==0.2.2", file=sys.stderr)
+              "install it with: python3 -m pip install helm-python-sdk==0.2.2", file=sys.stderr)
         return EXIT_NO_HELM
 
     values: dict[str, Any] = {}

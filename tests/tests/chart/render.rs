@@ -43,7 +43,10 @@ pub(crate) fn run_render(args: &[&str]) -> HelmRun {
     let output = match output {
         Ok(output) => output,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return HelmRun::Unavailable("python3 is not installed".into());
+            return HelmRun::Unavailable(
+                "python3 is not installed; then: python3 -m pip install helm-python-sdk==0.2.2"
+                    .into(),
+            );
         }
         Err(err) => panic!("cannot run charts/tests/render.py: {err}"),
     };
@@ -66,9 +69,7 @@ pub(crate) fn render_or_skip(args: &[&str]) -> Option<String> {
 }
 
 pub(crate) fn skip<T>(why: &str) -> Option<T> {
-    let message = format!(
-        "chart tests need Helm: {why}. Install it with `pip install helm-python-sdk==0.2.2`."
-    );
+    let message = format!("chart tests need Helm (FERROLB_REQUIRE_HELM=1 fails here): {why}");
     if std::env::var("FERROLB_REQUIRE_HELM").is_ok_and(|v| v == "1") {
         panic!("{message}");
     }
