@@ -1,1 +1,22 @@
-//! Speaker membership.
+//! Speaker membership: which speakers are alive, by SWIM gossip over UDP authenticated with a
+//! shared key.
+//!
+//! # Layout
+//! - [`auth`]: HMAC-SHA256 framing of datagrams. Pure.
+//! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing. Pure: timers are
+//!   outputs, randomness comes from a seed.
+//! - [`udp`]: the tokio shell: one UDP socket, timers, a watch of live nodes.
+//!
+//! Seeds come from the speaker Pods (`status.podIP`, `spec.nodeName`). When gossip cannot run
+//! at all (no key, the port cannot be bound), the caller falls back to the Kubernetes view
+//! (speaker Pod ready and Node ready).
+pub mod auth;
+pub mod core;
+pub mod udp;
+
+pub use auth::{AuthFailure, GossipKey};
+pub use core::{Membership, MembershipConfig, MembershipCounters, Output, SpeakerId};
+pub use udp::{Gossip, MembershipError};
+
+#[cfg(test)]
+mod tests;
