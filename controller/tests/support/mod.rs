@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod history;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -127,10 +129,9 @@ impl Cluster {
             spec: Some(spec),
             status: None,
         };
-        Api::<Service>::namespaced(self.client(), "default")
-            .create(&PostParams::default(), &svc)
-            .await
-            .expect("service is created")
+        let api = Api::<Service>::namespaced(self.client(), "default");
+        let pp = PostParams::default();
+        retry(|| api.create(&pp, &svc)).await
     }
 
     /// Starts the real controller binary with fast election timings.
@@ -230,4 +231,24 @@ pub async fn wait_for_ingress(client: &kube::Client, name: &str) -> Vec<(String,
         },
     )
     .await
+}
+
+/// Runs an API call until it does not fail with a server error (the fault tests inject them
+/// for every client, the tests' own included). A 409 AlreadyExists after a retried create
+/// means the first attempt went through; the caller then reads the object.
+pub async fn retry<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    for _ in 0..50 {
+        match call().await {
+            Ok(v) => return v,
+            Err(kube::Error::Api(e)) if e.code >= 500 || e.code == 429 => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("API call failed: {e}"),
+        }
+    }
+    panic!("API call kept failing with server errors")
 }

@@ -1,0 +1,188 @@
+//! Addresses survive controller restarts, replica handovers and API faults: checked over the
+//! whole history of status writes, not only the end state.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, ListParams};
+use support::history::{History, services_with_addresses, violations};
+use support::*;
+
+const SERVICES: usize = 1000;
+
+/// Creates `SERVICES` Services (8 at a time), deleting every tenth one right after creating it.
+async fn churn(cluster: &Cluster) {
+    futures::stream::iter(0..SERVICES)
+        .for_each_concurrent(8, |i| async move {
+            cluster.create_service(&format!("svc-{i:04}"), &[]).await;
+            if i % 10 == 9 {
+                let api = Api::<Service>::namespaced(cluster.client(), "default");
+                let name = format!("svc-{i:04}");
+                let dp = DeleteParams::default();
+                retry(|| api.delete(&name, &dp)).await;
+            }
+        })
+        .await;
+}
+
+/// Waits until every remaining Service has an address; returns how many there are.
+async fn converged(cluster: &Cluster, timeout: Duration) -> usize {
+    let api = Api::<Service>::namespaced(cluster.client(), "default");
+    eventually(timeout, "every Service to have an address", || {
+        let api = api.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|s| !ingress(s).is_empty())
+                .then_some(list.items.len())
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_the_controller_five_times_during_churn_changes_no_address() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("big", &["10.99.16.0/20"], None).await;
+    let history = History::record(cluster.client());
+    let mut controller = cluster.spawn_controller("c0");
+    let restarts = async {
+        for n in 1..=5 {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            controller.kill();
+            controller = cluster.spawn_controller(&format!("c{n}"));
+        }
+    };
+    tokio::join!(churn(&cluster), restarts);
+    let remaining = converged(&cluster, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = history.finish();
+    assert_eq!(remaining, SERVICES - SERVICES / 10);
+    assert!(services_with_addresses(&seen) >= remaining);
+    let problems = violations(&seen);
+    assert!(
+        problems.is_empty(),
+        "{} violations, first: {:?}",
+        problems.len(),
+        &problems[..problems.len().min(5)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_controller_replicas_only_the_leader_writes_and_a_killed_leader_is_replaced() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.32.0/24"], None).await;
+    let mut a = cluster.spawn_controller("replica-a");
+    let b = cluster.spawn_controller("replica-b");
+    for i in 0..20 {
+        cluster.create_service(&format!("first-{i}"), &[]).await;
+    }
+    converged(&cluster, Duration::from_secs(20)).await;
+    let writers = status_writers(&cluster);
+    assert_eq!(writers.len(), 1, "status written by {writers:?}");
+    let leader = writers[0].clone();
+    if leader.contains("replica-a") {
+        a.kill()
+    } else {
+        drop(b)
+    };
+    let killed_at = std::time::Instant::now();
+    cluster.create_service("after-failover", &[]).await;
+    wait_for_ingress(&cluster.client(), "after-failover").await;
+    let handover = killed_at.elapsed();
+    // Lease duration 3 s in the harness, plus a retry period and one pass.
+    assert!(
+        handover < Duration::from_secs(6),
+        "handover took {handover:?}"
+    );
+    let writers = status_writers(&cluster);
+    assert_eq!(writers.len(), 2, "{writers:?}");
+    // The log is in arrival order: the first leader's writes all come before the second's.
+    let log = cluster.server.request_log();
+    let sequence: Vec<&str> = log
+        .iter()
+        .filter(|r| {
+            r.subresource.as_deref() == Some("status") && r.resource.as_deref() == Some("services")
+        })
+        .map(|r| r.user_agent.as_str())
+        .collect();
+    let switches = sequence.windows(2).filter(|w| w[0] != w[1]).count();
+    assert_eq!(switches, 1, "writers interleaved: {sequence:?}");
+}
+
+/// Distinct User-Agents (one per replica) that wrote Service status.
+fn status_writers(cluster: &Cluster) -> Vec<String> {
+    let mut agents: Vec<String> = cluster
+        .server
+        .request_log()
+        .into_iter()
+        .filter(|r| {
+            r.subresource.as_deref() == Some("status") && r.resource.as_deref() == Some("services")
+        })
+        .map(|r| r.user_agent)
+        .collect();
+    agents.sort();
+    agents.dedup();
+    agents
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_watches_dropped_writes_failing_and_conflicts_every_service_converges_without_a_change()
+ {
+    use ferrolb_tests::apiserver::Failure;
+    let cluster = Cluster::start().await;
+    cluster.create_pool("big", &["10.99.48.0/20"], None).await;
+    let history = History::record(cluster.client());
+    let _controller = cluster.spawn_controller("c0");
+    let faults = cluster.server.faults();
+    let stop = tokio::sync::watch::channel(false);
+    let chaos = {
+        let faults = faults.clone();
+        let client = cluster.client();
+        let mut stop = stop.1.clone();
+        tokio::spawn(async move {
+            let api = Api::<Service>::namespaced(client, "default");
+            let mut tick = 0u64;
+            loop {
+                tick += 1;
+                if tick % 20 == 0 {
+                    faults.close_watches(); // every second
+                }
+                // About one request in ten to services fails with a 500.
+                faults.fail_next("services", 1, Failure::ServerError);
+                // Touch a Service's labels so that writes based on an older version get 409.
+                let name = format!("svc-{:04}", (tick * 7919) % SERVICES as u64);
+                let patch =
+                    serde_json::json!({"metadata": {"labels": {"touched": tick.to_string()}}});
+                let _ = api
+                    .patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(patch),
+                    )
+                    .await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        })
+    };
+    churn(&cluster).await;
+    let remaining = converged(&cluster, Duration::from_secs(120)).await;
+    stop.0.send(true).unwrap();
+    chaos.await.unwrap();
+    let seen = history.finish();
+    assert_eq!(remaining, SERVICES - SERVICES / 10);
+    let problems = violations(&seen);
+    assert!(
+        problems.is_empty(),
+        "{} violations, first: {:?}",
+        problems.len(),
+        &problems[..problems.len().min(5)]
+    );
+}
