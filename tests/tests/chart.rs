@@ -6,6 +6,8 @@
 //! python3 or the package is missing the tests print why and pass without checking anything; set
 //! `FERROLB_REQUIRE_HELM=1` (as CI should) to make that a failure instead.
 
+#[path = "chart/clap_flags.rs"]
+mod clap_flags;
 #[path = "chart/crd_schema.rs"]
 mod crd_schema;
 #[path = "chart/lookup_server.rs"]
@@ -64,21 +66,22 @@ const fn call(
 }
 
 const READ: &[&str] = &["get", "list", "watch"];
+const WATCH: &[&str] = &["list", "watch"];
 const EVENTS: &[&str] = &["create", "patch"];
-const STATUS_WRITE: &[&str] = &["patch", "update"];
-const STATUS_PATCH: &[&str] = &["patch"];
+const PATCH: &[&str] = &["patch"];
 const OWN: &[&str] = &[
     "get", "list", "watch", "create", "update", "patch", "delete",
 ];
 
 use Scope::{Cluster, InstallNamespace as Ns};
 
-/// The API calls `ferrolb-controller` makes.
+/// The API calls `ferrolb-controller` makes (read from its code: reflectors list and watch, the
+/// pool annotation is a merge patch of the Service, status and conditions are merge patches of
+/// `/status`, the Lease is read, created and replaced, Events go through kube's `Recorder`).
 const CONTROLLER_API_CALLS: &[ApiCall] = &[
-    call(Cluster, "", "services", READ),
-    call(Cluster, "", "services/status", STATUS_WRITE),
-    call(Cluster, "", "namespaces", READ),
-    call(Cluster, "", "events", EVENTS),
+    call(Cluster, "", "services", &["list", "watch", "patch"]),
+    call(Cluster, "", "services/status", PATCH),
+    call(Cluster, "", "namespaces", WATCH),
     call(Cluster, "events.k8s.io", "events", EVENTS),
     call(
         Ns,
@@ -86,16 +89,15 @@ const CONTROLLER_API_CALLS: &[ApiCall] = &[
         "leases",
         &["get", "create", "update"],
     ),
-    call(Ns, "ferrolb.io", "ipaddresspools", READ),
-    call(Ns, "ferrolb.io", "ipaddresspools/status", STATUS_WRITE),
-    call(Ns, "ferrolb.io", "l2advertisements", READ),
-    call(Ns, "ferrolb.io", "l2advertisements/status", STATUS_PATCH),
-    call(Ns, "ferrolb.io", "bgpadvertisements", READ),
-    call(Ns, "ferrolb.io", "bgpadvertisements/status", STATUS_PATCH),
-    call(Ns, "ferrolb.io", "bgppeers", READ),
-    call(Ns, "ferrolb.io", "bgppeers/status", STATUS_PATCH),
-    call(Ns, "ferrolb.io", "communities", READ),
-    call(Ns, "ferrolb.io", "communities/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "ipaddresspools", WATCH),
+    call(Ns, "ferrolb.io", "ipaddresspools/status", PATCH),
+    call(Ns, "ferrolb.io", "l2advertisements", WATCH),
+    call(Ns, "ferrolb.io", "l2advertisements/status", PATCH),
+    call(Ns, "ferrolb.io", "bgpadvertisements", WATCH),
+    call(Ns, "ferrolb.io", "bgpadvertisements/status", PATCH),
+    call(Ns, "ferrolb.io", "bgppeers", WATCH),
+    call(Ns, "ferrolb.io", "communities", WATCH),
+    call(Ns, "ferrolb.io", "communities/status", PATCH),
 ];
 
 /// The API calls `ferrolb-speaker` makes.
@@ -113,9 +115,9 @@ const SPEAKER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "bgppeers", READ),
     call(Ns, "ferrolb.io", "communities", READ),
     call(Ns, "ferrolb.io", "servicel2statuses", OWN),
-    call(Ns, "ferrolb.io", "servicel2statuses/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "servicel2statuses/status", PATCH),
     call(Ns, "ferrolb.io", "servicebgpstatuses", OWN),
-    call(Ns, "ferrolb.io", "servicebgpstatuses/status", STATUS_PATCH),
+    call(Ns, "ferrolb.io", "servicebgpstatuses/status", PATCH),
 ];
 
 /// The command-line flags `ferrolb-controller` defines.
@@ -131,6 +133,7 @@ const CONTROLLER_FLAGS: &[&str] = &[
     "--renew-deadline",
     "--retry-period",
     "--default-ip-mode",
+    "--identity",
 ];
 
 /// The command-line flags `ferrolb-speaker` defines.
@@ -374,7 +377,58 @@ fn rendered_arguments_are_only_flags_the_binaries_define() {
 }
 
 #[test]
-fn speaker_learns_its_node_and_namespace_from_the_downward_api() {
+fn flags_and_environment_the_chart_sets_are_defined_in_the_binaries_code() {
+    let Some(objects) = variant("default") else {
+        return;
+    };
+    let proxy_mode = variant("proxy-mode").expect("rendered with the default");
+    for (binary, table, containers) in [
+        (
+            "controller",
+            CONTROLLER_FLAGS,
+            [objects, proxy_mode].map(|o| only_container(o.controller_pod())),
+        ),
+        (
+            "speaker",
+            SPEAKER_FLAGS,
+            [objects, proxy_mode].map(|o| only_container(o.speaker_pod())),
+        ),
+    ] {
+        let source = workspace().join(format!("{binary}/src/main.rs"));
+        let Some(defined) = clap_flags::defined_in(&source) else {
+            eprintln!(
+                "{} is not written yet: {binary} checked against its flag table only",
+                source.display()
+            );
+            continue;
+        };
+        for flag in table {
+            assert!(
+                defined.flags.contains(*flag),
+                "{binary}'s table lists {flag}, its code does not define it"
+            );
+        }
+        for container in containers {
+            for arg in args(container) {
+                let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+                assert!(
+                    defined.flags.contains(flag),
+                    "the chart passes {arg}; {binary} defines no {flag}"
+                );
+            }
+            for var in container.env.iter().flatten() {
+                assert!(
+                    defined.env.contains(&var.name),
+                    "the chart sets {}; {binary} reads no such variable",
+                    var.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn binaries_learn_their_node_namespace_and_pod_name_from_the_downward_api() {
     let Some(objects) = variant("default") else {
         return;
     };
@@ -391,6 +445,10 @@ fn speaker_learns_its_node_and_namespace_from_the_downward_api() {
     assert_eq!(
         env(controller, "POD_NAMESPACE").and_then(field_ref),
         Some("metadata.namespace")
+    );
+    assert_eq!(
+        env(controller, "POD_NAME").and_then(field_ref),
+        Some("metadata.name")
     );
 }
 
@@ -554,6 +612,7 @@ fn a_typo_in_values_fails_rendering_at_every_level() {
         r#"controller={"resources":{"requets":{"cpu":"1"}}}"#,
         r#"log={"level":"verbose"}"#,
         r#"ipMode="proxy""#,
+        r#"controller={"leaderElection":{"leaseDuration":"1h"}}"#,
     ] {
         match run_render(&["--set-json", typo]) {
             HelmRun::Refused(why) => assert!(why.contains("schema"), "{typo}: {why}"),

@@ -3,8 +3,10 @@ Every permission FerroLB's binaries get, in one place. Each rule here is an API 
 makes; tests/tests/chart.rs holds the same list as the table the rendered Roles are compared with,
 and the API calls recorded from the binaries are to be compared with that table.
 
-  controller: assigns addresses (Services and their status), reads pools and advertisements, writes
-              their status, takes the leader Lease, records Events.
+  controller: watches Services, Namespaces and the ferrolb.io configuration; writes Services'
+              status and their allocated-from-pool annotation, the Ready condition of pools,
+              advertisements and communities; takes the leader Lease; records Events
+              (events.k8s.io, through kube's Recorder).
   speaker:    reads what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds), finds
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace,
               writes ServiceL2Status / ServiceBGPStatus, records Events.
@@ -14,11 +16,14 @@ and the API calls recorded from the binaries are to be compared with that table.
 {{- define "ferrolb.rules.controller.cluster" -}}
 - apiGroups: [""]
   resources: [services, namespaces]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [services/status]
-  verbs: [patch, update]
-- apiGroups: ["", events.k8s.io]
+  verbs: [patch]
+- apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
 {{- end -}}
@@ -30,12 +35,9 @@ and the API calls recorded from the binaries are to be compared with that table.
   verbs: [get, create, update]
 - apiGroups: [ferrolb.io]
   resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [ferrolb.io]
-  resources: [ipaddresspools/status]
-  verbs: [patch, update]
-- apiGroups: [ferrolb.io]
-  resources: [l2advertisements/status, bgpadvertisements/status, bgppeers/status, communities/status]
+  resources: [ipaddresspools/status, l2advertisements/status, bgpadvertisements/status, communities/status]
   verbs: [patch]
 {{- end -}}
 
