@@ -330,7 +330,24 @@ pub fn prepare(ctx: &Ctx, b: Builtin, obj: &mut Value, old: Option<&Value>) -> A
                 }
             }
         },
-        Builtin::ConfigMap | Builtin::Crd | Builtin::Service | Builtin::Event => {}
+        Builtin::Crd => {
+            if obj.pointer("/spec/conversion").is_none() {
+                obj["spec"]["conversion"] = json!({"strategy": "None"});
+            }
+            if old.is_none() {
+                let stored: Vec<Value> = obj
+                    .pointer("/spec/versions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|v| v["storage"] == true)
+                    .map(|v| v["name"].clone())
+                    .collect();
+                // Established is set asynchronously: the create answer has no conditions yet.
+                obj["status"] = json!({"conditions": null, "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": stored});
+            }
+        }
+        Builtin::ConfigMap | Builtin::Service | Builtin::Event => {}
     }
     if errs.is_empty() {
         Ok(())

@@ -132,7 +132,12 @@ impl TestCluster {
         if body.is_some() {
             b = b.header("Content-Type", content_type);
         }
-        b = b.header("Accept", "application/json");
+        if !extra_headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
+        {
+            b = b.header("Accept", "application/json");
+        }
         for (k, v) in extra_headers {
             b = b.header(*k, *v);
         }

@@ -114,6 +114,9 @@ pub enum ApiError {
     /// 415.
     #[error("415: Unsupported Media Type")]
     UnsupportedMediaType,
+    /// 415 naming the accepted media types.
+    #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
+    UnknownBodyFormat(&'static str),
     /// 500 InternalError.
     #[error("{0}")]
     Internal(String),
@@ -145,7 +148,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::NotAcceptable(_) => 406,
             ApiError::Expired { .. } => 410,
-            ApiError::UnsupportedMediaType => 415,
+            ApiError::UnsupportedMediaType | ApiError::UnknownBodyFormat(_) => 415,
             ApiError::Internal(_) => 500,
             ApiError::Injected { code, .. } => *code,
             ApiError::Forbidden(_) => 403,
@@ -165,7 +168,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::Expired { .. } => "Expired",
-            ApiError::UnsupportedMediaType => "UnsupportedMediaType",
+            ApiError::UnsupportedMediaType | ApiError::UnknownBodyFormat(_) => {
+                "UnsupportedMediaType"
+            }
             ApiError::Internal(_) => "",
             ApiError::Injected { code: 429, .. } => "TooManyRequests",
             ApiError::Injected { .. } => "InternalError",

@@ -171,6 +171,7 @@ fn create_inner(
             name,
         });
     }
+    drop_empty_metadata(&mut body);
     let warnings = kinds::on_create(st, &ctx, &mut body)?;
     let meta = body["metadata"]
         .as_object_mut()
@@ -292,7 +293,9 @@ pub fn patch(st: &mut State, ctx: &Ctx, kind: PatchKind, body: &[u8]) -> ApiResu
         return apply(st, ctx, body);
     }
     if kind == PatchKind::Strategic && ctx.res.is_custom() {
-        return Err(ApiError::UnsupportedMediaType);
+        return Err(ApiError::UnknownBodyFormat(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
     }
     let patch_doc: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::BadRequest(format!("error decoding patch: {}", go_json_error(&e)))
@@ -458,6 +461,7 @@ fn write_update(
             return Err(invalid(ctx, "", vec![cause.clone(), cause]));
         }
     }
+    drop_empty_metadata(&mut new);
     let warnings = kinds::on_update(st, ctx, old, &mut new)?;
     if ctx.res.generation && spec_changed(old, &new) {
         let g = old
@@ -498,6 +502,23 @@ fn write_update(
         body: kinds::present(&ctx.res, stored),
         warnings,
     })
+}
+
+/// Go's `omitempty`: empty labels, annotations, finalizers and ownerReferences are not kept.
+fn drop_empty_metadata(v: &mut Value) {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            let empty = match m.get(k) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                m.remove(k);
+            }
+        }
+    }
 }
 
 fn finalizers(v: &Value) -> Vec<String> {

@@ -93,7 +93,8 @@ impl ResourceDef {
 
     /// `Kind.group` as error messages print it (`Service`, `Widget.fx.example.io`).
     pub fn kind_group(&self) -> String {
-        if self.group.is_empty() {
+        // events.k8s.io validation reports the internal (core) kind.
+        if self.group.is_empty() || self.builtin() == Some(Builtin::Event) {
             self.kind.clone()
         } else {
             format!("{}.{}", self.kind, self.group)

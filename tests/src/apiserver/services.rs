@@ -123,8 +123,12 @@ pub fn prepare(
     if spec.get("sessionAffinity").is_none() {
         spec["sessionAffinity"] = json!("None");
     }
-    if spec["sessionAffinity"] == "ClientIP" && spec.get("sessionAffinityConfig").is_none() {
-        spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});
+    if spec["sessionAffinity"] == "ClientIP" {
+        if spec.get("sessionAffinityConfig").is_none() {
+            spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});
+        }
+    } else if let Some(o) = spec.as_object_mut() {
+        o.remove("sessionAffinityConfig");
     }
     if spec.get("internalTrafficPolicy").is_none() && ty != "ExternalName" {
         spec["internalTrafficPolicy"] = json!("Cluster");
@@ -140,9 +144,6 @@ pub fn prepare(
     }
     if lb && spec.get("allocateLoadBalancerNodePorts").is_none() {
         spec["allocateLoadBalancerNodePorts"] = json!(true);
-    }
-    if !["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"].contains(&ty.as_str()) {
-        errs.push(Cause::new("FieldValueNotSupported", format!("Unsupported value: {ty:?}: supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""), Some("spec.type".into())));
     }
     // IP families: this cluster is IPv4 only.
     let policy = spec
@@ -204,6 +205,7 @@ pub fn prepare(
         ));
     }
     let many = ports.len() > 1;
+    let mut duplicates = Vec::new();
     let mut seen = Vec::new();
     for (i, p) in ports.iter_mut().enumerate() {
         if p.get("protocol").is_none() {
@@ -243,7 +245,7 @@ pub fn prepare(
         }
         let proto = p["protocol"].as_str().unwrap_or("TCP").to_string();
         if seen.contains(&(port, proto.clone())) {
-            errs.push(Cause::new(
+            duplicates.push(Cause::new(
                 "FieldValueDuplicate",
                 format!("Duplicate value: {{\"port\":{port},\"protocol\":{proto:?}}}"),
                 Some(format!("spec.ports[{i}]")),
@@ -251,6 +253,10 @@ pub fn prepare(
         }
         seen.push((port, proto));
     }
+    if !["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"].contains(&ty.as_str()) {
+        errs.push(Cause::new("FieldValueNotSupported", format!("Unsupported value: {ty:?}: supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""), Some("spec.type".into())));
+    }
+    errs.extend(duplicates);
     let allocate = ty == "NodePort"
         || (lb
             && spec

@@ -373,7 +373,7 @@ fn parse_body(ctx: &Ctx, headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
             ))
         }),
         "application/yaml" => serde_norway::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the object provided is unrecognized (must be of type {}): {e}", ctx.res.kind))),
-        _ => Err(ApiError::UnsupportedMediaType),
+        _ => Err(ApiError::UnknownBodyFormat("application/json, application/yaml, application/vnd.kubernetes.protobuf")),
     }
 }
 
