@@ -9,14 +9,20 @@
 //! - `--stats-ms N` prints the counters as one JSON line every N milliseconds (default 500).
 //! - `--control` reads new owned sets from standard input, one per line, in the same syntax
 //!   (`-` alone means none), and prints `owned <unix-nanos>` after applying each.
+//! - Gossip mode, `--node NAME --listen IP:PORT --key-file F [--peer NAME@IP:PORT]...`: the
+//!   addresses are candidates; the node owns those the election gives it among the live
+//!   speakers that gossip reports, and prints `owned <unix-nanos> <addrs|-> live <nodes>` on
+//!   every change.
 
 use anyhow::{Context, Result, bail};
+use ferrolb_speaker::l2::election;
 use ferrolb_speaker::l2::iface::{self, InterfaceInfo};
 use ferrolb_speaker::l2::{CounterSnapshot, Responder};
+use ferrolb_speaker::membership::{Gossip, GossipKey, MembershipConfig};
 use ferrolb_speaker::planner::Interfaces;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,21 +77,122 @@ fn unix_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
+/// Gossip mode: who is alive decides, through the election, what this node owns.
+struct GossipArgs {
+    node: String,
+    listen: SocketAddr,
+    peers: Vec<(String, SocketAddr)>,
+    key_file: String,
+}
+
+fn parse_peer(s: &str) -> Result<(String, SocketAddr)> {
+    let (node, addr) = s.split_once('@').context("--peer wants NODE@IP:PORT")?;
+    Ok((node.to_string(), addr.parse().context("--peer address")?))
+}
+
+fn run_gossip(g: GossipArgs, words: &[String], responder: &Responder) -> Result<()> {
+    let key = std::fs::read(&g.key_file).with_context(|| format!("reading {}", g.key_file))?;
+    let key = GossipKey::new(key).context("the gossip key must be at least 16 bytes")?;
+    let candidates = parse_owned(words, &iface::system_interfaces())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let gossip = Gossip::start(
+            g.node.clone(),
+            g.listen,
+            g.listen,
+            key,
+            MembershipConfig::default(),
+        )
+        .await?;
+        gossip.set_seeds(g.peers.clone());
+        let mut live = gossip.live();
+        loop {
+            let nodes = live.borrow_and_update().clone();
+            let owned: BTreeMap<IpAddr, Vec<String>> = candidates
+                .iter()
+                .filter(|(ip, _)| {
+                    election::owner(**ip, nodes.iter().map(String::as_str)) == Some(g.node.as_str())
+                })
+                .map(|(ip, ifs)| (*ip, ifs.clone()))
+                .collect();
+            responder.set_owned(&owned)?;
+            let list: Vec<String> = owned.keys().map(IpAddr::to_string).collect();
+            let live_list: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "owned {} {} live {}",
+                unix_nanos(),
+                if list.is_empty() {
+                    "-".to_string()
+                } else {
+                    list.join(",")
+                },
+                live_list.join(",")
+            )?;
+            out.flush()?;
+            drop(out);
+            // Until membership changes, report the gossip counters twice a second.
+            loop {
+                tokio::select! {
+                    r = live.changed() => {
+                        if r.is_err() {
+                            return Ok(());
+                        }
+                        break;
+                    }
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {
+                        let c = gossip.counters();
+                        let line = serde_json::json!({
+                            "received": c.received, "sent": c.sent,
+                            "auth_failures": c.auth_failures_total(),
+                            "protocol_errors": c.protocol_errors,
+                        });
+                        let mut out = std::io::stdout().lock();
+                        writeln!(out, "gossip {line}")?;
+                        out.flush()?;
+                    }
+                }
+            }
+        }
+    })
+}
+
 fn main() -> Result<()> {
     let mut stats_ms = 500u64;
     let mut control = false;
     let mut words = Vec::new();
+    let (mut node, mut listen, mut peers, mut key_file) = (None, None, Vec::new(), None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
-            "--stats-ms" => stats_ms = args.next().context("--stats-ms needs a value")?.parse()?,
+            "--stats-ms" => stats_ms = value()?.parse()?,
             "--control" => control = true,
+            "--node" => node = Some(value()?),
+            "--listen" => listen = Some(value()?.parse::<SocketAddr>()?),
+            "--peer" => peers.push(parse_peer(&value()?)?),
+            "--key-file" => key_file = Some(value()?),
             _ => words.push(a),
         }
     }
+    let gossip = match (node, listen, key_file) {
+        (Some(node), Some(listen), Some(key_file)) => Some(GossipArgs {
+            node,
+            listen,
+            peers,
+            key_file,
+        }),
+        (None, None, None) => None,
+        _ => bail!("gossip mode needs --node, --listen and --key-file together"),
+    };
     let host = iface::system_interfaces();
     let responder = Arc::new(Responder::new());
-    responder.set_owned(&parse_owned(&words, &host)?)?;
+    if gossip.is_none() {
+        responder.set_owned(&parse_owned(&words, &host)?)?;
+    }
     let stats = responder.clone();
     std::thread::spawn(move || {
         loop {
@@ -96,7 +203,9 @@ fn main() -> Result<()> {
             let _ = out.flush();
         }
     });
-    if control {
+    if let Some(g) = gossip {
+        run_gossip(g, &words, &responder)?;
+    } else if control {
         for line in std::io::stdin().lock().lines() {
             let line = line?;
             let words: Vec<String> = line.split_whitespace().map(String::from).collect();

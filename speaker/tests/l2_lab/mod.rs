@@ -53,6 +53,7 @@ pub struct Lab {
     client: String,
     nodes: Vec<String>,
     probes: Vec<Option<Probe>>,
+    watch: Option<Probe>,
     dir: PathBuf,
 }
 
@@ -84,6 +85,7 @@ impl Lab {
             client: format!("{prefix}-c"),
             nodes: (0..n).map(|i| format!("{prefix}-n{i}")).collect(),
             probes: (0..n).map(|_| None).collect(),
+            watch: None,
             prefix,
             dir,
         };
@@ -157,6 +159,97 @@ impl Lab {
     /// Starts `l2-probe` in node `i` owning `addrs`; with `control`, its owned set can be
     /// changed later with [`Lab::control`].
     pub fn start_probe(&mut self, i: usize, addrs: &[String], control: bool) {
+        let mut args = Vec::new();
+        if control {
+            args.push("--control".to_string());
+        }
+        args.extend(addrs.iter().cloned());
+        self.start_probe_with(i, &args, control);
+    }
+
+    /// Starts node `i`'s probe in gossip mode: it owns what the election gives it among the
+    /// live speakers of the lab, all sharing one key. `candidates` are the Service addresses.
+    pub fn start_gossip_probe(&mut self, i: usize, candidates: &[String]) {
+        let key = self.dir.join("gossip.key");
+        if !key.exists() {
+            std::fs::write(&key, b"lab gossip key, 32 bytes long...").unwrap();
+        }
+        let mut args = vec![
+            "--node".to_string(),
+            NODE_NAMES[i].into(),
+            "--listen".into(),
+            format!("{}:7946", self.node_ip(i)),
+            "--key-file".into(),
+            key.display().to_string(),
+        ];
+        for (j, name) in NODE_NAMES.iter().enumerate().take(self.nodes.len()) {
+            args.push("--peer".into());
+            args.push(format!("{name}@{}:7946", self.node_ip(j)));
+        }
+        args.extend(candidates.iter().cloned());
+        self.start_probe_with(i, &args, false);
+    }
+
+    /// Node `i`'s IPv4 address.
+    pub fn node_ip(&self, i: usize) -> String {
+        format!("10.99.0.{}", 11 + i)
+    }
+
+    /// Kills node `i`'s probe with SIGKILL and waits for it.
+    pub fn kill_probe(&mut self, i: usize) {
+        if let Some(p) = self.probes[i].as_mut() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    /// Everything node `i`'s probe printed so far.
+    pub fn probe_output(&self, i: usize) -> String {
+        self.probes[i]
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(&p.out).ok())
+            .unwrap_or_default()
+    }
+
+    /// Starts `l2-watch` in the client for `addrs`; its lines are read with [`Lab::watch_output`].
+    pub fn start_watch(&mut self, addrs: &[String]) {
+        let out = self.dir.join("watch.out");
+        let mut args = vec![
+            "netns".to_string(),
+            "exec".into(),
+            self.client.clone(),
+            env!("CARGO_BIN_EXE_l2-watch").into(),
+            "eth0".into(),
+        ];
+        args.extend(addrs.iter().cloned());
+        let child = Command::new("ip")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(File::create(&out).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting l2-watch");
+        self.watch = Some(Probe {
+            child,
+            stdin: None,
+            out,
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.watch_output().starts_with("ready") {
+            assert!(Instant::now() < deadline, "l2-watch did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// What `l2-watch` printed so far.
+    pub fn watch_output(&self) -> String {
+        self.watch
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(&p.out).ok())
+            .unwrap_or_default()
+    }
+
+    fn start_probe_with(&mut self, i: usize, extra: &[String], stdin: bool) {
         let out = self.dir.join(format!("probe-{i}.out"));
         let mut args = vec![
             "netns".to_string(),
@@ -166,10 +259,8 @@ impl Lab {
             "--stats-ms".into(),
             "100".into(),
         ];
-        if control {
-            args.push("--control".into());
-        }
-        args.extend(addrs.iter().cloned());
+        args.extend(extra.iter().cloned());
+        let control = stdin;
         let mut child = Command::new("ip")
             .args(&args)
             .stdin(if control {
@@ -390,7 +481,7 @@ fn mac_of(ns: &str) -> String {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for p in self.probes.iter_mut().flatten() {
+        for p in self.probes.iter_mut().flatten().chain(self.watch.as_mut()) {
             let _ = p.child.kill();
             let _ = p.child.wait();
         }
