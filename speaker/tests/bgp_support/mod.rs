@@ -1,6 +1,8 @@
 //! Shared helpers of the BGP integration tests: the recorded vectors.
 #![allow(dead_code)]
 
+pub mod lab;
+
 use std::path::PathBuf;
 
 /// One recorded message.

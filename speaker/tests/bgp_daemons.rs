@@ -1,0 +1,430 @@
+//! End to end against real BIRD, FRR (bgpd) and GoBGP daemons in network namespaces.
+//!
+//! Each test builds its own pair of namespaces (speaker, router) joined by a veth pair; the
+//! daemon runs in the router namespace and the real speaker code runs as the `bgp-probe`
+//! binary under `ip netns exec` in the speaker namespace. A separate process (rather than
+//! `setns` inside the test) keeps the test process in the root namespace, lets tests run in
+//! parallel, and exercises the same binary-level path a node runs. Tests print why and pass
+//! when they are not root or a daemon is not installed.
+
+mod bgp_support;
+
+use std::time::Duration;
+
+use bgp_support::lab::{Lab, Probe, ROUTER_V4, SPEAKER_V4, SPEAKER_V6, eventually, missing};
+use serde_json::json;
+
+const SPEAKER_AS: u32 = 64512;
+const ROUTER_AS: u32 = 64513;
+const ESTABLISH: Duration = Duration::from_secs(20);
+const CONVERGE: Duration = Duration::from_secs(15);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Daemon {
+    Bird,
+    Frr,
+    Gobgp,
+}
+
+struct Session {
+    ibgp: bool,
+    password: Option<&'static str>,
+    graceful_restart: bool,
+}
+
+impl Daemon {
+    fn binaries(self) -> &'static [&'static str] {
+        match self {
+            Daemon::Bird => &["bird", "birdc"],
+            Daemon::Frr => &["/usr/lib/frr/bgpd", "vtysh"],
+            Daemon::Gobgp => &["gobgpd", "gobgp"],
+        }
+    }
+
+    fn start(self, lab: &mut Lab, s: &Session) {
+        let peer_as = if s.ibgp { ROUTER_AS } else { SPEAKER_AS };
+        match self {
+            Daemon::Bird => {
+                let password = s
+                    .password
+                    .map(|p| format!("password \"{p}\";"))
+                    .unwrap_or_default();
+                let gr = if s.graceful_restart {
+                    "graceful restart on;"
+                } else {
+                    ""
+                };
+                let conf = format!(
+                    "router id {ROUTER_V4};\nprotocol device {{}}\n\
+                     protocol bgp spk {{ local {ROUTER_V4} as {ROUTER_AS}; neighbor {SPEAKER_V4} as {peer_as};\n\
+                     passive on; direct; {password} {gr}\n\
+                     ipv4 {{ import all; export none; gateway direct; }};\n\
+                     ipv6 {{ import all; export none; gateway direct; }}; }}\n"
+                );
+                std::fs::write(lab.path("bird.conf"), conf).unwrap();
+                let (c, s, p) = (
+                    lab.path("bird.conf"),
+                    lab.path("bird.ctl"),
+                    lab.path("bird.pid"),
+                );
+                lab.spawn_router(&["bird", "-f", "-c", &c, "-s", &s, "-P", &p], "bird.log");
+            }
+            Daemon::Frr => {
+                let password = s
+                    .password
+                    .map(|p| format!(" neighbor {SPEAKER_V4} password {p}\n"))
+                    .unwrap_or_default();
+                let conf = format!(
+                    "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id {ROUTER_V4}\n no bgp ebgp-requires-policy\n\
+                     neighbor {SPEAKER_V4} remote-as {peer_as}\n neighbor {SPEAKER_V4} passive\n{password}\
+                     address-family ipv4 unicast\n  neighbor {SPEAKER_V4} activate\n exit-address-family\n\
+                     address-family ipv6 unicast\n  neighbor {SPEAKER_V4} activate\n exit-address-family\n"
+                );
+                std::fs::write(lab.path("bgpd.conf"), conf).unwrap();
+                let (c, p, d) = (lab.path("bgpd.conf"), lab.path("bgpd.pid"), lab.path(""));
+                lab.spawn_router(
+                    &[
+                        "/usr/lib/frr/bgpd",
+                        "-f",
+                        &c,
+                        "-i",
+                        &p,
+                        "-Z",
+                        "-S",
+                        "-P",
+                        "0",
+                        "-l",
+                        ROUTER_V4,
+                        "--vty_socket",
+                        &d,
+                    ],
+                    "bgpd.log",
+                );
+            }
+            Daemon::Gobgp => {
+                let conf = format!(
+                    "[global.config]\n  as = {ROUTER_AS}\n  router-id = \"{ROUTER_V4}\"\n  local-address-list = [\"{ROUTER_V4}\"]\n\
+                     [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"{SPEAKER_V4}\"\n    peer-as = {peer_as}\n\
+                     [neighbors.transport.config]\n    passive-mode = true\n\
+                     [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-unicast\"\n\
+                     [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv6-unicast\"\n"
+                );
+                std::fs::write(lab.path("gobgpd.toml"), conf).unwrap();
+                let c = lab.path("gobgpd.toml");
+                lab.spawn_router(&["gobgpd", "-f", &c, "--pprof-disable"], "gobgpd.log");
+            }
+        }
+    }
+
+    /// The daemon's view of one prefix, or None when it does not hold it.
+    fn route(self, lab: &Lab, prefix: &str) -> Option<String> {
+        let afi = if prefix.contains(':') { "ipv6" } else { "ipv4" };
+        let out = match self {
+            Daemon::Bird => {
+                let ctl = lab.path("bird.ctl");
+                lab.router_cmd(&["birdc", "-s", &ctl, "show", "route", prefix, "all"])
+            }
+            Daemon::Frr => {
+                let d = lab.path("");
+                let cmd = format!("show bgp {afi} unicast {prefix}");
+                lab.router_cmd(&["vtysh", "--vty_socket", &d, "-d", "bgpd", "-c", &cmd])
+            }
+            Daemon::Gobgp => lab.router_cmd(&["gobgp", "global", "rib", "-a", afi, prefix]),
+        };
+        let present = match self {
+            Daemon::Bird => out.lines().any(|l| l.starts_with(prefix)),
+            Daemon::Frr => out.contains(&format!("BGP routing table entry for {prefix}")),
+            Daemon::Gobgp => out.lines().any(|l| l.contains(&format!(" {prefix} "))),
+        };
+        present.then_some(out)
+    }
+
+    /// Text each daemon prints for our attributes.
+    fn expected(self, ibgp: bool, next_hop: &str, large: bool) -> Vec<String> {
+        let mut v = vec![];
+        match self {
+            Daemon::Bird => {
+                v.push(format!("BGP.next_hop: {next_hop}"));
+                v.push(if ibgp {
+                    "BGP.as_path: \n".into()
+                } else {
+                    format!("BGP.as_path: {SPEAKER_AS}\n")
+                });
+                v.push("BGP.community: (64512,100)".into());
+                if ibgp {
+                    v.push("BGP.local_pref: 200".into());
+                }
+                if large {
+                    v.push("BGP.large_community: (64512, 1, 2)".into());
+                }
+            }
+            Daemon::Frr => {
+                v.push(format!("{next_hop} from {SPEAKER_V4}"));
+                v.push(if ibgp {
+                    "  Local\n".into()
+                } else {
+                    format!("  {SPEAKER_AS}\n")
+                });
+                v.push("Community: 64512:100".into());
+                if ibgp {
+                    v.push("localpref 200".into());
+                }
+                if large {
+                    v.push("Large Community: 64512:1:2".into());
+                }
+            }
+            Daemon::Gobgp => {
+                v.push(format!(" {next_hop} "));
+                if !ibgp {
+                    v.push(format!(" {SPEAKER_AS} "));
+                }
+                v.push("{Communities: 64512:100}".into());
+                if ibgp {
+                    v.push("{LocalPref: 200}".into());
+                }
+                if large {
+                    v.push("{LargeCommunity: [ 64512:1:2]}".into());
+                }
+            }
+        }
+        v
+    }
+}
+
+fn peer_json(ibgp: bool, password: Option<&str>, graceful_restart: bool) -> serde_json::Value {
+    let my_asn = if ibgp { ROUTER_AS } else { SPEAKER_AS };
+    json!({
+        "id": "router", "my_asn": my_asn, "peer_asn": ROUTER_AS,
+        "peer_address": ROUTER_V4, "peer_port": 179, "source_address": SPEAKER_V4,
+        "router_id": null, "hold_time": {"secs": 90, "nanos": 0}, "keepalive_time": null,
+        "connect_retry": {"secs": 1, "nanos": 0}, "ebgp_multihop": false,
+        "password": password, "graceful_restart": graceful_restart,
+        "next_hop_v4": null, "next_hop_v6": SPEAKER_V6,
+    })
+}
+
+fn advertise(prefixes: &[&str]) -> serde_json::Value {
+    let advs: Vec<serde_json::Value> = prefixes
+        .iter()
+        .map(|p| {
+            let large = if p.contains(':') {
+                json!([])
+            } else {
+                json!([{"global": 64512, "local1": 1, "local2": 2}])
+            };
+            json!({"prefix": p, "attrs": {
+                "local_pref": 200,
+                "communities": [(64512u32 << 16) | 100],
+                "large_communities": large,
+            }})
+        })
+        .collect();
+    json!({"advertise": {"peer": "router", "advertisements": advs}})
+}
+
+fn skip(d: Daemon) -> bool {
+    if let Some(why) = missing(d.binaries()) {
+        eprintln!("skipped: {why}");
+        return true;
+    }
+    false
+}
+
+const V4_KEEP: &str = "10.99.10.1/32";
+const V4_GONE: &str = "10.99.10.2/32";
+const V6_KEEP: &str = "fd00:99:10::1/128";
+const V6_GONE: &str = "fd00:99:10::2/128";
+
+/// Establishes, checks both families' routes and attributes, then withdraws one of each.
+fn routes_and_withdrawal(d: Daemon, name: &str, ibgp: bool) {
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new(name);
+    let session = Session {
+        ibgp,
+        password: None,
+        graceful_restart: false,
+    };
+    d.start(&mut lab, &session);
+    let mut probe = Probe::start(&lab, &peer_json(ibgp, None, false));
+    probe.send(advertise(&[V4_KEEP, V4_GONE, V6_KEEP, V6_GONE]));
+    assert!(
+        probe.wait_state("Established", ESTABLISH).is_some(),
+        "{d:?}: no session; last status {:?}",
+        probe.last
+    );
+    for (prefix, nh, large) in [
+        (V4_KEEP, SPEAKER_V4, true),
+        (V4_GONE, SPEAKER_V4, true),
+        (V6_KEEP, SPEAKER_V6, false),
+        (V6_GONE, SPEAKER_V6, false),
+    ] {
+        let mut seen = None;
+        assert!(
+            eventually(CONVERGE, || {
+                seen = d.route(&lab, prefix);
+                seen.is_some()
+            }),
+            "{d:?} never got {prefix}"
+        );
+        let text = seen.unwrap();
+        for want in d.expected(ibgp, nh, large) {
+            assert!(
+                text.contains(&want),
+                "{d:?} {prefix}: want {want:?} in\n{text}"
+            );
+        }
+    }
+    probe.send(advertise(&[V4_KEEP, V6_KEEP]));
+    for gone in [V4_GONE, V6_GONE] {
+        assert!(
+            eventually(CONVERGE, || d.route(&lab, gone).is_none()),
+            "{d:?} still has {gone}"
+        );
+    }
+    assert!(d.route(&lab, V4_KEEP).is_some() && d.route(&lab, V6_KEEP).is_some());
+    probe.shutdown();
+}
+
+#[test]
+fn bird_ebgp_gets_both_families_with_attributes_and_withdrawals() {
+    routes_and_withdrawal(Daemon::Bird, "bird-e", false);
+}
+
+#[test]
+fn bird_ibgp_gets_both_families_with_local_pref_and_withdrawals() {
+    routes_and_withdrawal(Daemon::Bird, "bird-i", true);
+}
+
+#[test]
+fn frr_ebgp_gets_both_families_with_attributes_and_withdrawals() {
+    routes_and_withdrawal(Daemon::Frr, "frr-e", false);
+}
+
+#[test]
+fn frr_ibgp_gets_both_families_with_local_pref_and_withdrawals() {
+    routes_and_withdrawal(Daemon::Frr, "frr-i", true);
+}
+
+#[test]
+fn gobgp_ebgp_gets_both_families_with_attributes_and_withdrawals() {
+    routes_and_withdrawal(Daemon::Gobgp, "gobgp-e", false);
+}
+
+#[test]
+fn gobgp_ibgp_gets_both_families_with_local_pref_and_withdrawals() {
+    routes_and_withdrawal(Daemon::Gobgp, "gobgp-i", true);
+}
+
+/// The session comes up only when both sides use the same TCP-MD5 key.
+fn md5(d: Daemon, name: &str, ours: &str, establishes: bool) {
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new(name);
+    d.start(
+        &mut lab,
+        &Session {
+            ibgp: false,
+            password: Some("s3cret-md5"),
+            graceful_restart: false,
+        },
+    );
+    let mut probe = Probe::start(&lab, &peer_json(false, Some(ours), false));
+    probe.send(advertise(&[V4_KEEP]));
+    if establishes {
+        assert!(probe.wait_state("Established", ESTABLISH).is_some());
+        assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
+    } else {
+        // Segments with a wrong signature are dropped by the router's kernel: no session.
+        assert!(
+            probe
+                .wait_state("Established", Duration::from_secs(8))
+                .is_none()
+        );
+        assert!(d.route(&lab, V4_KEEP).is_none());
+    }
+    probe.shutdown();
+}
+
+#[test]
+fn bird_md5_session_comes_up_with_the_right_password() {
+    md5(Daemon::Bird, "bird-md5ok", "s3cret-md5", true);
+}
+
+#[test]
+fn bird_md5_session_stays_down_with_a_wrong_password() {
+    md5(Daemon::Bird, "bird-md5bad", "wrong", false);
+}
+
+#[test]
+fn frr_md5_session_comes_up_with_the_right_password() {
+    md5(Daemon::Frr, "frr-md5ok", "s3cret-md5", true);
+}
+
+#[test]
+fn frr_md5_session_stays_down_with_a_wrong_password() {
+    md5(Daemon::Frr, "frr-md5bad", "wrong", false);
+}
+
+#[test]
+fn bird_keeps_routes_across_a_speaker_restart_with_graceful_restart_until_end_of_rib() {
+    let d = Daemon::Bird;
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new("bird-gr");
+    d.start(
+        &mut lab,
+        &Session {
+            ibgp: false,
+            password: None,
+            graceful_restart: true,
+        },
+    );
+    let mut probe = Probe::start(&lab, &peer_json(false, None, true));
+    probe.send(advertise(&[V4_KEEP, V4_GONE]));
+    assert!(probe.wait_state("Established", ESTABLISH).is_some());
+    assert!(eventually(CONVERGE, || d.route(&lab, V4_GONE).is_some()));
+    // A crash: the connection closes without a NOTIFICATION.
+    probe.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    let stale = d.route(&lab, V4_GONE);
+    assert!(
+        stale.is_some(),
+        "BIRD dropped our routes when the speaker died"
+    );
+    // The restarted speaker no longer announces V4_GONE: BIRD drops it after our End-of-RIB.
+    let mut probe = Probe::start(&lab, &peer_json(false, None, true));
+    probe.send(advertise(&[V4_KEEP]));
+    assert!(probe.wait_state("Established", ESTABLISH).is_some());
+    assert!(eventually(CONVERGE, || d.route(&lab, V4_GONE).is_none()));
+    assert!(d.route(&lab, V4_KEEP).is_some());
+    probe.shutdown();
+}
+
+#[test]
+fn bird_drops_routes_at_once_when_a_speaker_without_graceful_restart_dies() {
+    let d = Daemon::Bird;
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new("bird-nogr");
+    d.start(
+        &mut lab,
+        &Session {
+            ibgp: false,
+            password: None,
+            graceful_restart: false,
+        },
+    );
+    let mut probe = Probe::start(&lab, &peer_json(false, None, false));
+    probe.send(advertise(&[V4_KEEP]));
+    assert!(probe.wait_state("Established", ESTABLISH).is_some());
+    assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
+    probe.kill();
+    assert!(eventually(Duration::from_secs(2), || d
+        .route(&lab, V4_KEEP)
+        .is_none()));
+}
