@@ -6,9 +6,11 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ferrolb_tests::apiserver::{Failure, Verb};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
@@ -284,87 +286,137 @@ fn apply_event(
     }
 }
 
+/// Waits until the events received so far describe `expected`.
+async fn settle(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Event<Service>>,
+    seen: &mut BTreeMap<String, String>,
+    buffer: &mut BTreeMap<String, String>,
+    expected: &BTreeMap<String, String>,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while seen != expected {
+        let e = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("watcher caught up in time")
+            .expect("watcher running");
+        apply_event(seen, buffer, e);
+    }
+}
+
+/// Waits until the double has served `n` watch requests in `ns`.
+async fn watches_served(c: &ferrolb_tests::apiserver::TestCluster, ns: &str, n: usize) {
+    for _ in 0..200 {
+        let log = c.server().unwrap().request_log();
+        if log
+            .iter()
+            .filter(|r| {
+                r.verb == Some(Verb::Watch) && r.status == 200 && r.namespace.as_deref() == Some(ns)
+            })
+            .count()
+            >= n
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the watcher never opened watch number {n}");
+}
+
 #[tokio::test]
 async fn kube_runtime_watcher_sees_every_change_across_forced_close_and_410() {
     let mut c = support::cluster().await;
     let Some(faults) = c.faults() else { return };
     let ns = c.namespace("watcher").await;
     let api: Api<Service> = Api::namespaced(c.client(), &ns);
-    let mut stream = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
-    let mut seen = BTreeMap::new();
-    let mut buffer = BTreeMap::new();
-    let mut expected = BTreeMap::new();
-    async fn settle(
-        stream: &mut (impl futures::Stream<Item = Result<Event<Service>, watcher::Error>> + Unpin),
-        seen: &mut BTreeMap<String, String>,
-        buffer: &mut BTreeMap<String, String>,
-        expected: &BTreeMap<String, String>,
-    ) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while seen != expected {
-            let next = tokio::time::timeout_at(deadline, stream.next())
-                .await
-                .expect("watcher caught up in time");
-            if let Some(Ok(e)) = next {
-                apply_event(seen, buffer, e);
+    // The watcher runs on its own, as in a controller, with kube-runtime's default backoff.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let task = tokio::spawn(async move {
+        while let Some(e) = stream.next().await {
+            if let Ok(e) = e
+                && tx.send(e).is_err()
+            {
+                return;
             }
         }
+    });
+    let (mut seen, mut buffer, mut expected) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    settle(&mut rx, &mut seen, &mut buffer, &expected).await;
+    watches_served(&c, &ns, 1).await;
+
+    // Round 1: changes while the first watch is open, then a forced close.
+    for i in 0..3 {
+        api.create(
+            &PostParams::default(),
+            &svc(&format!("s{i}"), json!({"v": "1"})),
+        )
+        .await
+        .unwrap();
+        expected.insert(format!("s{i}"), "1".to_string());
     }
-    for round in 0..3 {
-        for i in 0..3 {
-            let name = format!("s{i}");
-            let v = format!("{round}");
-            if round == 0 {
-                api.create(&PostParams::default(), &svc(&name, json!({"v": v})))
-                    .await
-                    .unwrap();
-            } else {
-                api.patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"labels": {"v": v}}})),
-                )
-                .await
-                .unwrap();
-            }
-            expected.insert(name, v);
-        }
-        if round == 2 {
-            api.delete("s1", &DeleteParams::default()).await.unwrap();
-            expected.remove("s1");
-        }
-        settle(&mut stream, &mut seen, &mut buffer, &expected).await;
-        match round {
-            0 => faults.close_watches(),
-            1 => {
-                faults.expire_watch_cache();
-                faults.close_watches();
-            }
-            _ => {}
-        }
+    settle(&mut rx, &mut seen, &mut buffer, &expected).await;
+    faults.close_watches();
+    watches_served(&c, &ns, 2).await;
+
+    // Round 2: changes on the re-opened watch, then a close after which re-watching fails.
+    for i in 0..3 {
+        api.patch(
+            &format!("s{i}"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}})),
+        )
+        .await
+        .unwrap();
+        expected.insert(format!("s{i}"), "2".to_string());
     }
+    settle(&mut rx, &mut seen, &mut buffer, &expected).await;
+    faults.fail_next_verb("services", Verb::Watch, u32::MAX, Failure::ServerError);
+    faults.close_watches();
+
+    // Round 3: changes nobody watches, forgotten by the watch cache; the next watch gets 410.
+    api.patch(
+        "s0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"v": "3"}}})),
+    )
+    .await
+    .unwrap();
+    expected.insert("s0".into(), "3".into());
+    api.delete("s1", &DeleteParams::default()).await.unwrap();
+    expected.remove("s1");
+    api.create(&PostParams::default(), &svc("s3", json!({"v": "3"})))
+        .await
+        .unwrap();
+    expected.insert("s3".into(), "3".into());
+    faults.expire_watch_cache();
+    faults.clear();
+    settle(&mut rx, &mut seen, &mut buffer, &expected).await;
     assert_eq!(seen, expected);
-    let log = c.server().expect("double").request_log();
-    let lists = log
+    task.abort();
+
+    let log = c.server().unwrap().request_log();
+    let mine: Vec<_> = log
         .iter()
-        .filter(|r| {
-            r.verb == Some(ferrolb_tests::apiserver::Verb::List)
-                && r.namespace.as_deref() == Some(ns.as_str())
-        })
-        .count();
-    let watches = log
-        .iter()
-        .filter(|r| {
-            r.verb == Some(ferrolb_tests::apiserver::Verb::Watch)
-                && r.namespace.as_deref() == Some(ns.as_str())
-        })
-        .count();
-    assert!(
-        lists >= 2,
-        "the 410 made the watcher list again ({lists} lists)"
+        .filter(|r| r.namespace.as_deref() == Some(ns.as_str()))
+        .collect();
+    let count = |v: Verb, status: u16| {
+        mine.iter()
+            .filter(|r| r.verb == Some(v) && r.status == status)
+            .count()
+    };
+    assert_eq!(
+        count(Verb::List, 200),
+        2,
+        "the 410 made the watcher list again"
     );
     assert!(
-        watches >= 3,
-        "each forced close made the watcher watch again ({watches} watches)"
+        count(Verb::Watch, 500) >= 1,
+        "re-watching failed while the fault was set"
+    );
+    assert!(
+        count(Verb::Watch, 200) >= 3,
+        "the watcher re-watched after each close"
     );
 }

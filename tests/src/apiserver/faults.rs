@@ -59,6 +59,22 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// From the RBAC spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Verb::Get,
+            Verb::List,
+            Verb::Watch,
+            Verb::Create,
+            Verb::Update,
+            Verb::Patch,
+            Verb::Delete,
+            Verb::DeleteCollection,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+
     /// The RBAC spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -103,7 +119,7 @@ pub struct RequestRecord {
 
 #[derive(Debug, Default)]
 pub(crate) struct FaultState {
-    pub(crate) failures: HashMap<String, (u32, Failure)>,
+    pub(crate) failures: HashMap<(String, Option<Verb>), (u32, Failure)>,
     pub(crate) latency: Duration,
 }
 
@@ -139,15 +155,21 @@ impl Shared {
         (shared, rx)
     }
 
-    /// Takes one injected failure for `resource`, if any is pending.
-    pub(crate) fn take_failure(&self, resource: &str) -> Option<Failure> {
+    /// Takes one injected failure for a `verb` request on `resource`, if any is pending.
+    pub(crate) fn take_failure(&self, resource: &str, verb: Verb) -> Option<Failure> {
         let mut f = self.faults.lock().expect("faults lock");
-        let entry = f.failures.get_mut(resource)?;
-        if entry.0 == 0 {
-            return None;
+        for key in [
+            (resource.to_string(), Some(verb)),
+            (resource.to_string(), None),
+        ] {
+            if let Some(entry) = f.failures.get_mut(&key)
+                && entry.0 > 0
+            {
+                entry.0 -= 1;
+                return Some(entry.1);
+            }
         }
-        entry.0 -= 1;
-        Some(entry.1)
+        None
     }
 }
 
@@ -165,12 +187,18 @@ impl Faults {
 
     /// Fails the next `count` requests for `resource` (plural, e.g. `services`) with `failure`.
     pub fn fail_next(&self, resource: &str, count: u32, failure: Failure) {
-        self.shared
-            .faults
-            .lock()
-            .expect("faults lock")
-            .failures
-            .insert(resource.to_string(), (count, failure));
+        self.insert_failure(resource, None, count, failure);
+    }
+
+    /// Fails the next `count` requests with `verb` on `resource` (e.g. only watches).
+    pub fn fail_next_verb(&self, resource: &str, verb: Verb, count: u32, failure: Failure) {
+        self.insert_failure(resource, Some(verb), count, failure);
+    }
+
+    fn insert_failure(&self, resource: &str, verb: Option<Verb>, count: u32, failure: Failure) {
+        let mut f = self.shared.faults.lock().expect("faults lock");
+        f.failures
+            .insert((resource.to_string(), verb), (count, failure));
     }
 
     /// Adds `latency` before every answer (zero to remove).

@@ -212,9 +212,7 @@ fn event_from_core(core: &Value) -> Value {
             });
         out.insert(name.to_string(), v.clone());
     }
-    for k in ["deprecatedSource"] {
-        out.entry(k).or_insert(json!({}));
-    }
+    out.entry("deprecatedSource").or_insert(json!({}));
     for k in [
         "deprecatedFirstTimestamp",
         "deprecatedLastTimestamp",

@@ -272,7 +272,7 @@ fn remove_path(v: &mut Value, path: &[Pe], shape: &Shape) {
         }
         (Pe::V(val), _) => {
             if let Some(a) = v.as_array_mut() {
-                a.retain(|i| i.to_string() != *val);
+                a.retain(|i| serde_json::from_str::<Value>(val).ok().as_ref() != Some(i));
             }
         }
     }
@@ -368,10 +368,8 @@ fn encode(set: &FieldSet) -> Value {
 fn decode(v: &Value) -> FieldSet {
     fn walk(v: &Value, path: &mut Path, out: &mut FieldSet) {
         let Some(o) = v.as_object() else { return };
-        if o.is_empty() || o.contains_key(".") {
-            if !path.is_empty() {
-                out.insert(path.clone());
-            }
+        if (o.is_empty() || o.contains_key(".")) && !path.is_empty() {
+            out.insert(path.clone());
         }
         for (k, child) in o {
             let pe = if let Some(f) = k.strip_prefix("f:") {

@@ -5,6 +5,7 @@
 //! | `POST /_fault/close-watches` | end every open watch |
 //! | `POST /_fault/fail?resource=services&count=3&code=500` | fail the next 3 requests on services with 500 |
 //! | `POST /_fault/fail?resource=leases&count=1&code=429&retryAfter=2` | 429 with `Retry-After: 2` |
+//! | `POST /_fault/fail?resource=services&verb=watch&count=1` | fail only the next watch |
 //! | `POST /_fault/latency?ms=200` | add 200 ms before every answer (`ms=0` removes it) |
 //! | `POST /_fault/expire-watch-cache` | next watch from an older resourceVersion gets 410 |
 //! | `POST /_fault/restart` | drop every connection and listen again, keeping the stored objects |
@@ -20,7 +21,7 @@ use axum::http::{Response, header};
 use serde_json::{Value, json};
 
 use super::server::{failure_from_query, faults};
-use crate::apiserver::faults::Shared;
+use crate::apiserver::faults::{Shared, Verb};
 
 fn ok(body: Value) -> Response<Body> {
     Response::builder()
@@ -56,7 +57,11 @@ pub async fn fault_endpoint(
                 return bad("resource is required");
             };
             let count = q.get("count").and_then(|c| c.parse().ok()).unwrap_or(1);
-            f.fail_next(resource, count, failure_from_query(q));
+            match q.get("verb").map(|v| Verb::parse(v)) {
+                Some(Some(verb)) => f.fail_next_verb(resource, verb, count, failure_from_query(q)),
+                Some(None) => return bad("unknown verb"),
+                None => f.fail_next(resource, count, failure_from_query(q)),
+            }
             ok(json!({"resource": resource, "count": count}))
         }
         ("POST", "latency") => {

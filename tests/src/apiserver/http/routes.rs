@@ -27,7 +27,7 @@ pub enum Route {
         version: String,
     },
     /// A resource request.
-    Resource(ResourceRoute),
+    Resource(Box<ResourceRoute>),
 }
 
 /// A request on a resource.
@@ -111,12 +111,12 @@ pub fn parse(registry: &Registry, path: &str) -> ApiResult<Route> {
         {
             return Err(ApiError::UnknownResource);
         }
-        Ok(Route::Resource(ResourceRoute {
+        Ok(Route::Resource(Box::new(ResourceRoute {
             res,
             namespace: namespace.map(str::to_string),
             name: name.map(str::to_string),
             subresource: sub.map(str::to_string),
-        }))
+        })))
     };
     match rest {
         ["namespaces", ns, sub @ ("status" | "finalize")] if group.is_empty() => {

@@ -192,7 +192,7 @@ fn error_response(e: &ApiError) -> Response<Body> {
     r
 }
 
-fn header_str<'a>(h: &'a HeaderMap, name: header::HeaderName) -> &'a str {
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
     h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
@@ -263,7 +263,7 @@ fn serve(
                 Err(e) => return error_response(&e),
             };
             record.verb = Some(verb);
-            if let Some(f) = shared.take_failure(&rr.res.plural) {
+            if let Some(f) = shared.take_failure(&rr.res.plural, verb) {
                 return error_response(&f.to_error(&rr.res.plural));
             }
             let manager = q.get("fieldManager").cloned().unwrap_or_else(|| {
@@ -418,7 +418,7 @@ fn resource(
             Ok(if wants_table {
                 json_response(
                     200,
-                    &table::table(&ctx.res, &[r.body.clone()], json!({})),
+                    &table::table(&ctx.res, std::slice::from_ref(&r.body), json!({})),
                     &[],
                 )
             } else {
