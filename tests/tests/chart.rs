@@ -14,6 +14,8 @@ mod crd_schema;
 mod lookup_server;
 #[path = "chart/monitoring.rs"]
 mod monitoring;
+#[path = "chart/recorded_calls.rs"]
+mod recorded_calls;
 #[path = "chart/render.rs"]
 mod render;
 #[path = "chart/variant_switches.rs"]
