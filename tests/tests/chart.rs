@@ -5,6 +5,11 @@
 //! test renders the default values and every documented variant in `charts/ferrolb/ci/`. When
 //! python3 or the package is missing the tests print why and pass without checking anything; set
 //! `FERROLB_REQUIRE_HELM=1` (as CI should) to make that a failure instead.
+//!
+//! `recorded_calls` runs the real `ferrolb-controller` with the rendered arguments against the test
+//! API server and compares its recorded API calls with the rendered RBAC and with
+//! `CONTROLLER_API_CALLS`; it needs the binary built (`cargo test --workspace` builds it) and skips
+//! with a printed reason otherwise, or fails with `FERROLB_REQUIRE_BINARIES=1`.
 
 #[path = "chart/clap_flags.rs"]
 mod clap_flags;
