@@ -11,6 +11,8 @@
 //! `CONTROLLER_API_CALLS`; it needs the binary built (`cargo test --workspace` builds it) and skips
 //! with a printed reason otherwise, or fails with `FERROLB_REQUIRE_BINARIES=1`.
 
+#[path = "chart/alert_rules.rs"]
+mod alert_rules;
 #[path = "chart/clap_flags.rs"]
 mod clap_flags;
 #[path = "chart/crd_schema.rs"]
