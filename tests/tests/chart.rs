@@ -464,15 +464,18 @@ fn binaries_learn_their_node_namespace_and_pod_name_from_the_downward_api() {
 }
 
 #[test]
-fn controller_probes_and_metrics_services_use_the_ports_the_binaries_listen_on() {
+fn probes_and_metrics_services_use_the_ports_the_binaries_listen_on() {
     let Some(objects) = variant("default") else {
         return;
     };
     let controller = only_container(objects.controller_pod());
     assert_eq!(flag(controller, "--metrics-addr"), Some("0.0.0.0:7472"));
+    let speaker = only_container(objects.speaker_pod());
     for (probe, path) in [
         (&controller.liveness_probe, "/healthz"),
         (&controller.readiness_probe, "/readyz"),
+        (&speaker.liveness_probe, "/healthz"),
+        (&speaker.readiness_probe, "/readyz"),
     ] {
         let get = probe
             .as_ref()
@@ -484,7 +487,6 @@ fn controller_probes_and_metrics_services_use_the_ports_the_binaries_listen_on()
             k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into())
         );
     }
-    let speaker = only_container(objects.speaker_pod());
     assert_eq!(flag(speaker, "--metrics-addr"), Some("0.0.0.0:7473"));
     for (container, port) in [(controller, 7472), (speaker, 7473)] {
         let named = container
