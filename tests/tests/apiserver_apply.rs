@@ -225,8 +225,10 @@ async fn non_apply_writes_are_recorded_as_update_operations() {
     )
     .await
     .unwrap();
-    let mut pp = PatchParams::default();
-    pp.field_manager = Some("c".into());
+    let pp = PatchParams {
+        field_manager: Some("c".into()),
+        ..Default::default()
+    };
     let s = api
         .patch(
             "ssa1",

@@ -11,7 +11,12 @@ fn gadget(name: &str, spec: Value) -> Value {
 }
 
 async fn post(c: &TestCluster, ns: &str, body: Value) -> ferrolb_tests::apiserver::RawResponse {
-    c.json("POST", &format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets"), Some(body)).await
+    c.json(
+        "POST",
+        &format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets"),
+        Some(body),
+    )
+    .await
 }
 
 fn causes(r: &ferrolb_tests::apiserver::RawResponse) -> Vec<(String, String)> {
@@ -19,7 +24,12 @@ fn causes(r: &ferrolb_tests::apiserver::RawResponse) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["field"].as_str().unwrap().to_string(), c["reason"].as_str().unwrap().to_string()))
+        .map(|c| {
+            (
+                c["field"].as_str().unwrap().to_string(),
+                c["reason"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -30,7 +40,12 @@ async fn schema_defaults_are_applied_and_generation_starts_at_one() {
         return eprintln!("skipping: the Gadget CRD is only installed in the double");
     }
     let ns = c.namespace("crd").await;
-    let r = post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 2}))).await;
+    let r = post(
+        &c,
+        &ns,
+        gadget("g1", json!({"pool": "p", "low": 1, "high": 2})),
+    )
+    .await;
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(r.body["spec"]["color"], "Blue");
     assert_eq!(r.body["metadata"]["generation"], 1);
@@ -45,7 +60,13 @@ async fn missing_required_field_is_422_and_cel_rules_are_not_checked() {
     let ns = c.namespace("crd").await;
     let r = post(&c, &ns, gadget("g1", json!({"low": 5, "high": 1}))).await;
     assert_eq!(r.status, 422);
-    assert_eq!(causes(&r), vec![("spec.pool".into(), "FieldValueRequired".into()), ("<nil>".into(), "FieldValueInvalid".into())]);
+    assert_eq!(
+        causes(&r),
+        vec![
+            ("spec.pool".into(), "FieldValueRequired".into()),
+            ("<nil>".into(), "FieldValueInvalid".into())
+        ]
+    );
     assert!(r.body["message"].as_str().unwrap().starts_with("Gadget.test.ferrolb.io \"g1\" is invalid: [spec.pool: Required value, <nil>: Invalid value: null: some validation rules were not checked"));
 }
 
@@ -56,14 +77,39 @@ async fn enum_maximum_and_format_violations_are_each_reported() {
         return;
     }
     let ns = c.namespace("crd").await;
-    let r = post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 200, "color": "Green", "address": "999.1.1.1"}))).await;
+    let r = post(
+        &c,
+        &ns,
+        gadget(
+            "g1",
+            json!({"pool": "p", "low": 1, "high": 200, "color": "Green", "address": "999.1.1.1"}),
+        ),
+    )
+    .await;
     assert_eq!(r.status, 422);
     let got = causes(&r);
-    assert!(got.contains(&("spec.color".into(), "FieldValueNotSupported".into())), "{got:?}");
-    assert!(got.contains(&("spec.high".into(), "FieldValueInvalid".into())), "{got:?}");
-    assert!(got.contains(&("spec.address".into(), "FieldValueTypeInvalid".into())), "{got:?}");
-    let high = r.body["details"]["causes"].as_array().unwrap().iter().find(|c| c["field"] == "spec.high").unwrap();
-    assert_eq!(high["message"], "Invalid value: 200: spec.high in body should be less than or equal to 100");
+    assert!(
+        got.contains(&("spec.color".into(), "FieldValueNotSupported".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("spec.high".into(), "FieldValueInvalid".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("spec.address".into(), "FieldValueTypeInvalid".into())),
+        "{got:?}"
+    );
+    let high = r.body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "spec.high")
+        .unwrap();
+    assert_eq!(
+        high["message"],
+        "Invalid value: 200: spec.high in body should be less than or equal to 100"
+    );
 }
 
 #[tokio::test]
@@ -73,9 +119,17 @@ async fn cel_rule_violation_is_422_with_the_rule_message() {
         return;
     }
     let ns = c.namespace("crd").await;
-    let r = post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 9, "high": 1}))).await;
+    let r = post(
+        &c,
+        &ns,
+        gadget("g1", json!({"pool": "p", "low": 9, "high": 1})),
+    )
+    .await;
     assert_eq!(r.status, 422);
-    assert_eq!(r.body["message"], "Gadget.test.ferrolb.io \"g1\" is invalid: spec: Invalid value: low must not exceed high");
+    assert_eq!(
+        r.body["message"],
+        "Gadget.test.ferrolb.io \"g1\" is invalid: spec: Invalid value: low must not exceed high"
+    );
 }
 
 #[tokio::test]
@@ -85,11 +139,31 @@ async fn transition_rule_rejects_changing_an_immutable_field() {
         return;
     }
     let ns = c.namespace("crd").await;
-    assert_eq!(post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 2}))).await.status, 201);
+    assert_eq!(
+        post(
+            &c,
+            &ns,
+            gadget("g1", json!({"pool": "p", "low": 1, "high": 2}))
+        )
+        .await
+        .status,
+        201
+    );
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1");
-    let r = c.raw("PATCH", &path, "application/merge-patch+json", Some(r#"{"spec":{"pool":"other"}}"#), &[]).await;
+    let r = c
+        .raw(
+            "PATCH",
+            &path,
+            "application/merge-patch+json",
+            Some(r#"{"spec":{"pool":"other"}}"#),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 422);
-    assert_eq!(r.body["details"]["causes"][0]["message"], "Invalid value: \"other\": pool is immutable");
+    assert_eq!(
+        r.body["details"]["causes"][0]["message"],
+        "Invalid value: \"other\": pool is immutable"
+    );
 }
 
 #[tokio::test]
@@ -99,20 +173,37 @@ async fn generation_increases_on_spec_changes_only() {
         return;
     }
     let ns = c.namespace("crd").await;
-    post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 2}))).await;
+    post(
+        &c,
+        &ns,
+        gadget("g1", json!({"pool": "p", "low": 1, "high": 2})),
+    )
+    .await;
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1");
     let merge = |body: &'static str, p: String| {
         let c = &c;
-        async move { c.raw("PATCH", &p, "application/merge-patch+json", Some(body), &[]).await }
+        async move {
+            c.raw("PATCH", &p, "application/merge-patch+json", Some(body), &[])
+                .await
+        }
     };
     let r = merge(r#"{"metadata":{"labels":{"a":"b"}}}"#, path.clone()).await;
-    assert_eq!(r.body["metadata"]["generation"], 1, "labels do not bump generation");
+    assert_eq!(
+        r.body["metadata"]["generation"], 1,
+        "labels do not bump generation"
+    );
     let r = merge(r#"{"status":{"phase":"Ready"}}"#, format!("{path}/status")).await;
-    assert_eq!(r.body["metadata"]["generation"], 1, "status does not bump generation");
+    assert_eq!(
+        r.body["metadata"]["generation"], 1,
+        "status does not bump generation"
+    );
     assert_eq!(r.body["status"]["phase"], "Ready");
     let r = merge(r#"{"spec":{"high":3}}"#, path.clone()).await;
     assert_eq!(r.body["metadata"]["generation"], 2);
-    assert_eq!(r.body["status"]["phase"], "Ready", "a spec write keeps status");
+    assert_eq!(
+        r.body["status"]["phase"], "Ready",
+        "a spec write keeps status"
+    );
 }
 
 #[tokio::test]
@@ -127,9 +218,20 @@ async fn status_in_a_create_body_is_dropped_and_invalid_status_is_rejected() {
     let r = post(&c, &ns, body).await;
     assert!(r.body.get("status").is_none(), "{}", r.text);
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1/status");
-    let r = c.raw("PATCH", &path, "application/merge-patch+json", Some(r#"{"status":{"phase":"Weird"}}"#), &[]).await;
+    let r = c
+        .raw(
+            "PATCH",
+            &path,
+            "application/merge-patch+json",
+            Some(r#"{"status":{"phase":"Weird"}}"#),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 422);
-    assert_eq!(causes(&r)[0], ("status.phase".into(), "FieldValueNotSupported".into()));
+    assert_eq!(
+        causes(&r)[0],
+        ("status.phase".into(), "FieldValueNotSupported".into())
+    );
 }
 
 #[tokio::test]
@@ -139,12 +241,28 @@ async fn unknown_fields_are_pruned_with_a_warning_and_strict_validation_refuses_
         return;
     }
     let ns = c.namespace("crd").await;
-    let r = post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 2, "bogus": 1}))).await;
+    let r = post(
+        &c,
+        &ns,
+        gadget("g1", json!({"pool": "p", "low": 1, "high": 2, "bogus": 1})),
+    )
+    .await;
     assert_eq!(r.status, 201);
     assert!(r.body["spec"].get("bogus").is_none());
-    assert_eq!(r.header("warning"), Some("299 - \"unknown field \\\"spec.bogus\\\"\""));
+    assert_eq!(
+        r.header("warning"),
+        Some("299 - \"unknown field \\\"spec.bogus\\\"\"")
+    );
     let body = gadget("g2", json!({"pool": "p", "low": 1, "high": 2, "bogus": 1})).to_string();
-    let r = c.raw("POST", &format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets?fieldValidation=Strict"), "application/json", Some(&body), &[]).await;
+    let r = c
+        .raw(
+            "POST",
+            &format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets?fieldValidation=Strict"),
+            "application/json",
+            Some(&body),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 400);
 }
 
@@ -155,9 +273,22 @@ async fn strategic_merge_patch_on_a_custom_resource_is_415() {
         return;
     }
     let ns = c.namespace("crd").await;
-    post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 2}))).await;
+    post(
+        &c,
+        &ns,
+        gadget("g1", json!({"pool": "p", "low": 1, "high": 2})),
+    )
+    .await;
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1");
-    let r = c.raw("PATCH", &path, "application/strategic-merge-patch+json", Some("{}"), &[]).await;
+    let r = c
+        .raw(
+            "PATCH",
+            &path,
+            "application/strategic-merge-patch+json",
+            Some("{}"),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 415);
 }
 
@@ -168,7 +299,18 @@ async fn duplicate_map_list_keys_are_reported() {
         return;
     }
     let ns = c.namespace("crd").await;
-    let r = post(&c, &ns, gadget("g1", json!({"pool": "p", "low": 1, "high": 2, "ports": [{"port": 80}, {"port": 80}]}))).await;
+    let r = post(
+        &c,
+        &ns,
+        gadget(
+            "g1",
+            json!({"pool": "p", "low": 1, "high": 2, "ports": [{"port": 80}, {"port": 80}]}),
+        ),
+    )
+    .await;
     assert_eq!(r.status, 422);
-    assert_eq!(causes(&r)[0], ("spec.ports[1]".into(), "FieldValueDuplicate".into()));
+    assert_eq!(
+        causes(&r)[0],
+        ("spec.ports[1]".into(), "FieldValueDuplicate".into())
+    );
 }

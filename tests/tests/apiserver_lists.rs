@@ -10,7 +10,12 @@ use serde_json::json;
 async fn services(c: &mut TestCluster) -> (String, Api<Service>) {
     let ns = c.namespace("lists").await;
     let api: Api<Service> = Api::namespaced(c.client(), &ns);
-    for (name, labels) in [("l-web", json!({"app": "web", "tier": "front"})), ("l-db", json!({"app": "db"})), ("l-none", json!({})), ("l-cache", json!({"app": "cache"}))] {
+    for (name, labels) in [
+        ("l-web", json!({"app": "web", "tier": "front"})),
+        ("l-db", json!({"app": "db"})),
+        ("l-none", json!({})),
+        ("l-cache", json!({"app": "cache"})),
+    ] {
         let s: Service = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": {"ports": [{"port": 80}]}})).unwrap();
         api.create(&PostParams::default(), &s).await.unwrap();
     }
@@ -18,15 +23,27 @@ async fn services(c: &mut TestCluster) -> (String, Api<Service>) {
 }
 
 async fn names(api: &Api<Service>, selector: &str) -> Vec<String> {
-    api.list(&ListParams::default().labels(selector)).await.unwrap().items.into_iter().map(|s| s.metadata.name.unwrap()).collect()
+    api.list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| s.metadata.name.unwrap())
+        .collect()
 }
 
 #[tokio::test]
 async fn not_equal_and_notin_also_match_objects_without_the_label() {
     let mut c = support::cluster().await;
     let (_, api) = services(&mut c).await;
-    assert_eq!(names(&api, "app!=web").await, vec!["l-cache", "l-db", "l-none"]);
-    assert_eq!(names(&api, "app notin (web,db)").await, vec!["l-cache", "l-none"]);
+    assert_eq!(
+        names(&api, "app!=web").await,
+        vec!["l-cache", "l-db", "l-none"]
+    );
+    assert_eq!(
+        names(&api, "app notin (web,db)").await,
+        vec!["l-cache", "l-none"]
+    );
     assert_eq!(names(&api, "app in (web,db)").await, vec!["l-db", "l-web"]);
     assert_eq!(names(&api, "tier").await, vec!["l-web"]);
     assert_eq!(names(&api, "!app").await, vec!["l-none"]);
@@ -36,20 +53,44 @@ async fn not_equal_and_notin_also_match_objects_without_the_label() {
 async fn malformed_label_selector_is_400() {
     let mut c = support::cluster().await;
     let (ns, _) = services(&mut c).await;
-    let r = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?labelSelector=app%20in%20web"), None).await;
+    let r = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?labelSelector=app%20in%20web"),
+            None,
+        )
+        .await;
     assert_eq!(r.status, 400);
-    assert_eq!(r.body["message"], "unable to parse requirement: found 'web' expected: '('");
+    assert_eq!(
+        r.body["message"],
+        "unable to parse requirement: found 'web' expected: '('"
+    );
 }
 
 #[tokio::test]
 async fn unsupported_field_selector_is_400_and_supported_ones_filter() {
     let mut c = support::cluster().await;
     let (ns, api) = services(&mut c).await;
-    let r = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?fieldSelector=status.loadBalancer%3Dx"), None).await;
-    assert_eq!((r.status, r.body["message"].as_str()), (400, Some("field label not supported: status.loadBalancer")));
-    let got = api.list(&ListParams::default().fields("metadata.name=l-db")).await.unwrap();
+    let r = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?fieldSelector=status.loadBalancer%3Dx"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["message"].as_str()),
+        (400, Some("field label not supported: status.loadBalancer"))
+    );
+    let got = api
+        .list(&ListParams::default().fields("metadata.name=l-db"))
+        .await
+        .unwrap();
     assert_eq!(got.items.len(), 1);
-    let got = api.list(&ListParams::default().fields("spec.type=ClusterIP,metadata.name!=l-db")).await.unwrap();
+    let got = api
+        .list(&ListParams::default().fields("spec.type=ClusterIP,metadata.name!=l-db"))
+        .await
+        .unwrap();
     assert_eq!(got.items.len(), 3);
 }
 
@@ -62,8 +103,15 @@ async fn pods_are_selected_by_node_name() {
         let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})).unwrap();
         api.create(&PostParams::default(), &p).await.unwrap();
     }
-    let got = api.list(&ListParams::default().fields("spec.nodeName=node-a")).await.unwrap();
-    let names: Vec<String> = got.items.into_iter().map(|p| p.metadata.name.unwrap()).collect();
+    let got = api
+        .list(&ListParams::default().fields("spec.nodeName=node-a"))
+        .await
+        .unwrap();
+    let names: Vec<String> = got
+        .items
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
     assert_eq!(names, vec!["p1", "p3"]);
 }
 
@@ -75,16 +123,48 @@ async fn paging_serves_later_pages_from_the_first_snapshot() {
     assert_eq!(first.items.len(), 2);
     assert_eq!(first.metadata.remaining_item_count, Some(2));
     let token = first.metadata.continue_.clone().expect("a continue token");
-    let late: Service = serde_json::from_value(json!({"metadata": {"name": "l-zz-late"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+    let late: Service = serde_json::from_value(
+        json!({"metadata": {"name": "l-zz-late"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
     api.create(&PostParams::default(), &late).await.unwrap();
-    let second = api.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap();
-    let names: Vec<String> = second.items.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
-    assert_eq!(names, vec!["l-none", "l-web"], "the object created between pages is not in this list");
-    assert_eq!(second.metadata.resource_version, first.metadata.resource_version);
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    let names: Vec<String> = second
+        .items
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["l-none", "l-web"],
+        "the object created between pages is not in this list"
+    );
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
     assert!(second.metadata.continue_.is_none());
-    let raw = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?limit=2&labelSelector=app"), None).await;
-    assert!(raw.body["metadata"].get("remainingItemCount").is_none(), "no remainingItemCount with a selector");
-    let garbage = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?limit=2&continue=garbage"), None).await;
+    let raw = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?limit=2&labelSelector=app"),
+            None,
+        )
+        .await;
+    assert!(
+        raw.body["metadata"].get("remainingItemCount").is_none(),
+        "no remainingItemCount with a selector"
+    );
+    let garbage = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?limit=2&continue=garbage"),
+            None,
+        )
+        .await;
     assert_eq!(garbage.status, 400);
 }
 
@@ -92,9 +172,21 @@ async fn paging_serves_later_pages_from_the_first_snapshot() {
 async fn resource_version_zero_ignores_limit_and_match_without_version_is_422() {
     let mut c = support::cluster().await;
     let (ns, _) = services(&mut c).await;
-    let r = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?resourceVersion=0&limit=2"), None).await;
+    let r = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?resourceVersion=0&limit=2"),
+            None,
+        )
+        .await;
     assert_eq!(r.body["items"].as_array().unwrap().len(), 4);
-    let r = c.json("GET", &format!("/api/v1/namespaces/{ns}/services?resourceVersionMatch=Exact"), None).await;
+    let r = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?resourceVersionMatch=Exact"),
+            None,
+        )
+        .await;
     assert_eq!(r.status, 422);
 }
 
@@ -102,10 +194,28 @@ async fn resource_version_zero_ignores_limit_and_match_without_version_is_422() 
 async fn built_in_list_items_carry_no_kind_and_the_list_carries_the_snapshot_version() {
     let mut c = support::cluster().await;
     let (ns, _) = services(&mut c).await;
-    let r = c.json("GET", &format!("/api/v1/namespaces/{ns}/services"), None).await;
+    let r = c
+        .json("GET", &format!("/api/v1/namespaces/{ns}/services"), None)
+        .await;
     assert_eq!(r.body["kind"], "ServiceList");
     assert!(r.body["items"][0].get("kind").is_none());
-    let list_rv: u64 = r.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    let max_item: u64 = r.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap()).max().unwrap();
+    let list_rv: u64 = r.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let max_item: u64 = r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            i["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .max()
+        .unwrap();
     assert!(list_rv >= max_item);
 }

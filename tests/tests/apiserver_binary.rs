@@ -1,0 +1,141 @@
+//! The `ferrolb-apiserver` binary: kubeconfig, `/_fault` endpoints over HTTP, and `--state` across a
+//! process restart.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(dir: &Path) -> Server {
+    let kubeconfig = dir.join("kubeconfig");
+    let _ = std::fs::remove_file(&kubeconfig);
+    let child = Command::new(env!("CARGO_BIN_EXE_ferrolb-apiserver"))
+        .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg("--state")
+        .arg(dir.join("state.json"))
+        .arg("--crds")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crds"))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    Server { child }
+}
+
+async fn connect(dir: &Path) -> (kube::Client, String) {
+    let path = dir.join("kubeconfig");
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && !text.is_empty()
+        {
+            let kc = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig parses");
+            let server = kc.clusters[0]
+                .cluster
+                .as_ref()
+                .unwrap()
+                .server
+                .clone()
+                .unwrap();
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .unwrap();
+            return (kube::Client::try_from(cfg).unwrap(), server);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no kubeconfig written");
+}
+
+async fn http(method: &str, url: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    let req = format!(
+        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    // The body may be chunked; the JSON document is the line that parses.
+    let json = body
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+#[tokio::test]
+async fn binary_serves_faults_over_http_and_keeps_state_across_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let server = spawn(&dir);
+    let (client, url) = connect(&dir).await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "kept"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    let created = api.create(&PostParams::default(), &svc).await.unwrap();
+
+    let (code, _) = http(
+        "POST",
+        &format!("{url}/_fault/fail?resource=services&count=1&code=500"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, body) = http(
+        "GET",
+        &format!("{url}/api/v1/namespaces/default/services/kept"),
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (500, Some("InternalError"))
+    );
+    let (code, log) = http("GET", &format!("{url}/_fault/requests")).await;
+    assert_eq!(code, 200);
+    let last = log.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (
+            last["verb"].as_str(),
+            last["resource"].as_str(),
+            last["status"].as_u64()
+        ),
+        (Some("get"), Some("services"), Some(500))
+    );
+
+    // SIGTERM saves the state; a new process serves the same objects.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut server = server;
+    let _ = server.child.wait();
+    let _again = spawn(&dir);
+    let (client, _) = connect(&dir).await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let kept = api.get("kept").await.unwrap();
+    assert_eq!(kept.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        kept.spec.unwrap().cluster_ip,
+        created.spec.unwrap().cluster_ip
+    );
+}
