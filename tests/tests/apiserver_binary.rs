@@ -139,3 +139,77 @@ async fn binary_serves_faults_over_http_and_keeps_state_across_a_restart() {
         created.spec.unwrap().cluster_ip
     );
 }
+
+/// Runs kubectl against `kubeconfig`; `None` (with a printed reason) when kubectl is not installed.
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Option<(bool, String)> {
+    use std::io::Write;
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(_) => {
+            eprintln!("skipping: kubectl is not installed (Debian package kubernetes-client)");
+            return None;
+        }
+    };
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    Some((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+#[tokio::test]
+async fn kubectl_applies_gets_and_sees_validation_errors() {
+    let server = ferrolb_tests::apiserver::ApiServer::start(
+        ferrolb_tests::apiserver::ApiServerConfig::default()
+            .with_crd_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crds")),
+    )
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let kc = tmp.path().join("kubeconfig");
+    server.write_kubeconfig(&kc).unwrap();
+    let kc2 = kc.clone();
+    let run = move |args: Vec<&'static str>, stdin: Option<&'static str>| {
+        let kc = kc2.clone();
+        tokio::task::spawn_blocking(move || kubectl(&kc, &args, stdin))
+    };
+    let svc = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  type: LoadBalancer\n  ports:\n  - port: 80\n";
+    let Some((ok, out)) = run(vec!["apply", "-f", "-"], Some(svc)).await.unwrap() else {
+        return;
+    };
+    assert!(ok, "{out}");
+    assert!(out.contains("service/web created"), "{out}");
+    let (ok, out) = run(vec!["get", "svc", "web"], None).await.unwrap().unwrap();
+    assert!(
+        ok && out.contains("LoadBalancer") && out.contains("<pending>"),
+        "{out}"
+    );
+    let gadget = "apiVersion: test.ferrolb.io/v1\nkind: Gadget\nmetadata:\n  name: g\nspec:\n  pool: p\n  low: 9\n  high: 1\n";
+    let (ok, out) = run(vec!["apply", "-f", "-"], Some(gadget))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!ok && out.contains("low must not exceed high"), "{out}");
+    let (ok, out) = run(vec!["get", "gadgets"], None).await.unwrap().unwrap();
+    assert!(ok && out.contains("No resources found"), "{out}");
+}

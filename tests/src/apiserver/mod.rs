@@ -24,6 +24,7 @@ pub mod faults;
 pub mod http;
 pub mod kinds;
 pub mod lists;
+pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod resources;

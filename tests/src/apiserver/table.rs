@@ -55,12 +55,17 @@ fn columns(res: &ResourceDef) -> Vec<(&'static str, String)> {
         ],
         _ => {
             let mut c = vec![("Name", String::new())];
+            let mut has_age = false;
             if let Some(schema) = res.schema() {
                 for col in schema.printer_columns.as_array().into_iter().flatten() {
-                    c.push(("custom", col["jsonPath"].as_str().unwrap_or("").to_string()));
+                    let path = col["jsonPath"].as_str().unwrap_or("").to_string();
+                    has_age |= path == ".metadata.creationTimestamp";
+                    c.push(("custom", path));
                 }
             }
-            c.push(("Age", String::new()));
+            if !has_age {
+                c.push(("Age", String::new()));
+            }
             c
         }
     }
@@ -164,6 +169,7 @@ fn cells(res: &ResourceDef, o: &Value) -> Vec<Value> {
                     }
                 }
                 "Node" => s(o.pointer("/spec/nodeName")),
+                _ if path == ".metadata.creationTimestamp" => age(o),
                 _ => {
                     let p = format!("/{}", path.trim_start_matches('.').replace('.', "/"));
                     return o.pointer(&p).cloned().unwrap_or(Value::Null);

@@ -17,6 +17,15 @@ pub enum Route {
     CoreVersions,
     /// `/apis`.
     Groups,
+    /// `/openapi/v3`.
+    OpenApiIndex,
+    /// `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`.
+    OpenApi {
+        /// Group.
+        group: String,
+        /// Version.
+        version: String,
+    },
     /// `/apis/GROUP`.
     Group(String),
     /// `/api/v1` or `/apis/GROUP/VERSION`.
@@ -70,6 +79,19 @@ pub fn parse(registry: &Registry, path: &str) -> ApiResult<Route> {
         ["version"] => return Ok(Route::Version),
         ["healthz" | "readyz" | "livez", ..] => return Ok(Route::Health),
         ["api"] => return Ok(Route::CoreVersions),
+        ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+        ["openapi", "v3", "api", "v1"] => {
+            return Ok(Route::OpenApi {
+                group: String::new(),
+                version: "v1".into(),
+            });
+        }
+        ["openapi", "v3", "apis", g, v] if registry.serves_group_version(g, v) => {
+            return Ok(Route::OpenApi {
+                group: g.to_string(),
+                version: v.to_string(),
+            });
+        }
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] if registry.serves_group(g) => return Ok(Route::Group(g.to_string())),
         ["api", "v1"] => {

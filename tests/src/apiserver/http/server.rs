@@ -351,6 +351,10 @@ fn discovery_response(shared: &Arc<Shared>, route: Route, headers: &HeaderMap) -
             None => return error_response(&ApiError::PageNotFound),
         },
         Route::ResourceList { group, version } => discovery::resource_list(defs, &group, &version),
+        Route::OpenApiIndex => crate::apiserver::openapi::index(defs),
+        Route::OpenApi { group, version } => {
+            crate::apiserver::openapi::document(defs, &group, &version)
+        }
         Route::Resource(_) => unreachable!("resource routes are served elsewhere"),
     };
     json_response(200, &doc, &[])
