@@ -420,3 +420,33 @@ async fn kube_runtime_watcher_sees_every_change_across_forced_close_and_410() {
         "the watcher re-watched after each close"
     );
 }
+
+#[tokio::test]
+async fn kube_runtime_streaming_list_watcher_sees_initial_objects_then_changes() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("stream").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    api.create(&PostParams::default(), &svc("a", json!({"v": "1"}))).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let task = tokio::spawn(async move {
+        while let Some(e) = stream.next().await {
+            if let Ok(e) = e
+                && tx.send(e).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let (mut seen, mut buffer) = (BTreeMap::new(), BTreeMap::new());
+    let mut expected = BTreeMap::from([("a".to_string(), "1".to_string())]);
+    settle(&mut rx, &mut seen, &mut buffer, &expected).await;
+    api.create(&PostParams::default(), &svc("b", json!({"v": "2"}))).await.unwrap();
+    expected.insert("b".into(), "2".into());
+    settle(&mut rx, &mut seen, &mut buffer, &expected).await;
+    task.abort();
+    if let Some(server) = c.server() {
+        let lists = server.request_log().iter().filter(|r| r.verb == Some(Verb::List) && r.namespace.as_deref() == Some(ns.as_str())).count();
+        assert_eq!(lists, 0, "a streaming-list watcher never lists");
+    }
+}
