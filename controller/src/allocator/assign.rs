@@ -55,7 +55,7 @@ impl Allocator {
         };
         let decided = self.decide(req, me, &current);
         let (old, pending_reason) = match pending {
-            Some((old, reason)) => (old, Some(reason)),
+            Some(p) => (p.0, Some(p.1)),
             None => (current, None),
         };
         match decided {

@@ -65,7 +65,7 @@ struct Record {
     pool: usize,
     /// Addresses taken away by a pool change, and why, until the next [`Allocator::assign`]
     /// reports it.
-    pending: Option<(Vec<IpAddr>, ChangeReason)>,
+    pending: Option<Box<(Vec<IpAddr>, ChangeReason)>>,
 }
 
 /// Assigns LoadBalancer addresses from pools; see the [module documentation](self).
@@ -79,7 +79,7 @@ pub struct Allocator {
     /// All pools in the order they own a contested address: ready first, then oldest, then name.
     owner_order: Vec<usize>,
     book: AddressBook,
-    records: Vec<Option<Record>>,
+    records: Vec<Option<Box<Record>>>,
     slots: HashMap<ServiceKey, Slot>,
     free_slots: Vec<Slot>,
     waiting: BTreeSet<ServiceKey>,
@@ -111,7 +111,7 @@ impl Allocator {
                 continue;
             }
             let check = a.check_current(&req, None, &current);
-            let pending = check.reason.map(|r| (current, r));
+            let pending = check.reason.map(|r| Box::new((current, r)));
             let slot = a.new_slot(&req, check.pool.unwrap_or(0), pending);
             a.take(slot, &check.kept);
         }
@@ -145,7 +145,7 @@ impl Allocator {
                 .filter(|ip| !check.kept.contains(ip))
                 .collect();
             if rec.pending.is_none() {
-                rec.pending = Some((old, reason));
+                rec.pending = Some(Box::new((old, reason)));
             }
             self.give_back(slot, &dropped);
             invalidated.push(key);
@@ -251,7 +251,7 @@ impl Allocator {
         &mut self,
         req: &ServiceRequest,
         pool: usize,
-        pending: Option<(Vec<IpAddr>, ChangeReason)>,
+        pending: Option<Box<(Vec<IpAddr>, ChangeReason)>>,
     ) -> Slot {
         let rec = Record {
             req: ServiceRequest {
@@ -264,11 +264,11 @@ impl Allocator {
         };
         let slot = match self.free_slots.pop() {
             Some(s) => {
-                self.records[s as usize] = Some(rec);
+                self.records[s as usize] = Some(Box::new(rec));
                 s
             }
             None => {
-                self.records.push(Some(rec));
+                self.records.push(Some(Box::new(rec)));
                 (self.records.len() - 1) as Slot
             }
         };
