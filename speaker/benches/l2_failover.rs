@@ -1,0 +1,151 @@
+//! Layer-2 failover benchmark in network namespaces: three nodes run `l2-probe` in gossip mode,
+//! the client runs `l2-watch`. Each run SIGKILLs the owner of 10.99.0.100 and measures, on the
+//! client, the time until the new owner's gratuitous ARP arrives; then restarts the old owner
+//! and measures the time until only one node answers again (the stand-in let go).
+//!
+//! ```text
+//! cargo bench -p ferrolb-speaker --bench l2_failover        # FAILOVER_RUNS=20 by default
+//! ```
+//! Needs root, `ip`, `arping`, `ndisc6`, `bash`. Prints the distributions; target: median under
+//! 1 s and every run under 2 s.
+
+#[path = "../tests/l2_lab/mod.rs"]
+mod l2_lab;
+
+use ferrolb_speaker::l2::election;
+use l2_lab::{Lab, NODE_NAMES};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const V4: &str = "10.99.0.100";
+const V6: &str = "fd00:99::100";
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The last `owned` line of node `i`: (unix nanos, owned list, live list).
+fn last_owned(lab: &Lab, i: usize) -> Option<(u128, String, String)> {
+    let out = lab.probe_output(i);
+    let line = out.lines().rev().find(|l| l.starts_with("owned "))?;
+    let w: Vec<&str> = line.split_whitespace().collect();
+    Some((
+        w.get(1)?.parse().ok()?,
+        w.get(2)?.to_string(),
+        w.get(4)?.to_string(),
+    ))
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// First watch line at or after byte `from` claiming `V4` with `mac`: its unix nanos.
+fn heard_from(lab: &Lab, from: usize, mac: &str) -> Option<u128> {
+    let out = lab.watch_output();
+    out.get(from..)?
+        .lines()
+        .find(|l| l.contains(&format!(" {V4} ")) && l.ends_with(mac))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+}
+
+fn summary(name: &str, mut ms: Vec<f64>) {
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let pick = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "{name}: n={} min={:.0} ms median={:.0} ms p90={:.0} ms max={:.0} ms",
+        ms.len(),
+        ms[0],
+        pick(0.5),
+        pick(0.9),
+        ms[ms.len() - 1]
+    );
+    println!(
+        "  runs (ms): {}",
+        ms.iter()
+            .map(|m| format!("{m:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let runs: usize = std::env::var("FAILOVER_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let Some(mut lab) = Lab::new(3) else { return };
+    let all = NODE_NAMES.join(",");
+    for i in 0..3 {
+        lab.start_gossip_probe(i, &[V4.into(), V6.into()]);
+    }
+    for i in 0..3 {
+        wait_until("the cluster to form", Duration::from_secs(10), || {
+            last_owned(&lab, i).is_some_and(|(_, _, live)| live == all)
+        });
+    }
+    lab.start_watch(&[V4.into(), V6.into()]);
+    let ranking = election::ranking(V4.parse().unwrap(), NODE_NAMES);
+    let owner = NODE_NAMES.iter().position(|n| *n == ranking[0]).unwrap();
+    let next = NODE_NAMES.iter().position(|n| *n == ranking[1]).unwrap();
+    let (owner_mac, next_mac) = (lab.node_mac(owner), lab.node_mac(next));
+    let (mut failover, mut settle, mut overlap) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..runs {
+        let mark = lab.watch_output().len();
+        let killed_at = now_nanos();
+        lab.kill_probe(owner);
+        wait_until(
+            "the new owner's announcement",
+            Duration::from_secs(5),
+            || heard_from(&lab, mark, &next_mac).is_some(),
+        );
+        let heard = heard_from(&lab, mark, &next_mac).unwrap();
+        failover.push((heard - killed_at) as f64 / 1e6);
+
+        // Let the stand-in settle, then bring the owner back.
+        std::thread::sleep(Duration::from_millis(300));
+        let mark = lab.watch_output().len();
+        let restarted_at = now_nanos();
+        lab.start_gossip_probe(owner, &[V4.into(), V6.into()]);
+        wait_until("the stand-in to let go", Duration::from_secs(10), || {
+            last_owned(&lab, next).is_some_and(|(t, owned, live)| {
+                t > restarted_at && live == all && !owned.contains(V4)
+            })
+        });
+        wait_until("the owner's announcement", Duration::from_secs(5), || {
+            heard_from(&lab, mark, &owner_mac).is_some()
+        });
+        let (released, _, _) = last_owned(&lab, next).unwrap();
+        let taken = heard_from(&lab, mark, &owner_mac).unwrap();
+        settle.push((released - restarted_at) as f64 / 1e6);
+        overlap.push(released.saturating_sub(taken) as f64 / 1e6);
+        for i in 0..3 {
+            wait_until("the cluster to re-form", Duration::from_secs(10), || {
+                last_owned(&lab, i).is_some_and(|(_, _, live)| live == all)
+            });
+        }
+        eprintln!(
+            "run {run}: failover {:.0} ms, settle {:.0} ms",
+            failover[run], settle[run]
+        );
+    }
+    summary(
+        "failover: SIGKILL of the owner to the new owner's gratuitous ARP at the client",
+        failover,
+    );
+    summary(
+        "return: restart of the old owner to the stand-in releasing (one answerer again)",
+        settle,
+    );
+    summary(
+        "both answering: owner's announcement heard to stand-in release",
+        overlap,
+    );
+}

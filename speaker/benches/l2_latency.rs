@@ -1,0 +1,142 @@
+//! ARP / NDP answer latency on the wire, request to reply, from tcpdump timestamps in the
+//! client namespace: the responder (`l2-probe`) against the Linux kernel on the same node.
+//!
+//! ```text
+//! cargo bench -p ferrolb-speaker --bench l2_latency         # LATENCY_SAMPLES=300 by default
+//! ```
+//! Needs root, `ip`, `arping`, `ndisc6`, `tcpdump`. The kernel answers for 10.99.0.50 and
+//! fd00:99::50 (assigned to the node), the responder for 10.99.0.100 and fd00:99::100.
+
+#[path = "../tests/l2_lab/mod.rs"]
+mod l2_lab;
+
+use l2_lab::{Lab, run};
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Request→reply delays in microseconds for `target`, from `tcpdump -tt -n` lines.
+fn delays(dump: &str, target: &str) -> Vec<f64> {
+    let mut pending: Option<f64> = None;
+    let mut out = Vec::new();
+    for line in dump.lines() {
+        let Some((ts, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(ts) = ts.parse::<f64>() else { continue };
+        let ask = rest.contains(&format!("who-has {target} "))
+            || rest.contains(&format!("who has {target},"));
+        let answer = rest.contains(&format!("Reply {target} is-at"))
+            || rest.contains(&format!("tgt is {target},"));
+        if ask {
+            pending = Some(ts);
+        } else if answer {
+            if let Some(t0) = pending.take() {
+                out.push((ts - t0) * 1e6);
+            }
+        }
+    }
+    out
+}
+
+fn summary(name: &str, mut us: Vec<f64>) {
+    if us.is_empty() {
+        println!("{name}: no samples");
+        return;
+    }
+    us.sort_by(|a, b| a.total_cmp(b));
+    let pick = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "{name}: n={} median={:.1} us p90={:.1} us p99={:.1} us max={:.1} us",
+        us.len(),
+        pick(0.5),
+        pick(0.9),
+        pick(0.99),
+        us[us.len() - 1]
+    );
+}
+
+fn main() {
+    let samples: usize = std::env::var("LATENCY_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    if run("sh", &["-c", "command -v tcpdump"]).stdout.is_empty() {
+        eprintln!("skipped: tcpdump is not installed");
+        return;
+    }
+    let Some(mut lab) = Lab::new(1) else { return };
+    let node = lab.node(0).to_string();
+    run(
+        "ip",
+        &["-n", &node, "addr", "add", "10.99.0.50/24", "dev", "eth0"],
+    );
+    run(
+        "ip",
+        &[
+            "-n",
+            &node,
+            "addr",
+            "add",
+            "fd00:99::50/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ],
+    );
+    lab.start_probe(0, &["10.99.0.100".into(), "fd00:99::100".into()], false);
+    lab.wait_for_probes();
+    let client = lab.client().to_string();
+    let mut dump = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &client,
+            "tcpdump",
+            "-tt",
+            "-n",
+            "-l",
+            "-i",
+            "eth0",
+            "arp or icmp6",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    std::thread::sleep(Duration::from_millis(500));
+    let count = samples.to_string();
+    for target in ["10.99.0.50", "10.99.0.100"] {
+        run(
+            "ip",
+            &[
+                "netns", "exec", &client, "arping", "-c", &count, "-i", "0.005", "-I", "eth0",
+                target,
+            ],
+        );
+    }
+    for target in ["fd00:99::50", "fd00:99::100"] {
+        for _ in 0..samples {
+            run(
+                "ip",
+                &[
+                    "netns", "exec", &client, "ndisc6", "-n", "-r", "1", "-w", "200", target,
+                    "eth0",
+                ],
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = dump.kill();
+    let out = dump.wait_with_output().expect("tcpdump output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let results: HashMap<&str, Vec<f64>> =
+        ["10.99.0.50", "10.99.0.100", "fd00:99::50", "fd00:99::100"]
+            .into_iter()
+            .map(|t| (t, delays(&text, t)))
+            .collect();
+    summary("ARP, Linux kernel      ", results["10.99.0.50"].clone());
+    summary("ARP, FerroLB responder ", results["10.99.0.100"].clone());
+    summary("NDP, Linux kernel      ", results["fd00:99::50"].clone());
+    summary("NDP, FerroLB responder ", results["fd00:99::100"].clone());
+}
