@@ -410,3 +410,16 @@ fn every_refusal_says_how_to_fix_it() {
         "requested address 10.0.0.1 is in use by ns/a: request another address, or give both Services the same allow-shared-ip key"
     );
 }
+
+#[test]
+#[rustfmt::skip]
+fn narrowing_a_dual_stack_service_to_one_requested_address_keeps_only_that_one() {
+    let mut a = pools_of(vec![pool("d", &["10.0.0.0/30", "fd00::/126"])]);
+    let x = svc("ns/x").families(&[V4, V6], FamilyPolicy::PreferDualStack);
+    run(&mut a, vec![
+        ("both families", Assign(x.clone(), Assigned(&["10.0.0.0", "fd00::"], "d"))),
+        ("only the IPv4 one is asked for", Assign(x.clone().ask_ips(&["10.0.0.0"]),
+            Changed(&["10.0.0.0", "fd00::"], &["10.0.0.0"], R::RequestChanged { ip: ip("fd00::") }))),
+        ("and it stays so", Assign(x.clone().ask_ips(&["10.0.0.0"]), Unchanged(&["10.0.0.0"]))),
+    ]);
+}

@@ -118,6 +118,7 @@ impl Allocator {
             let pool = check.pool.expect("kept addresses have a pool");
             let mut ips = check.kept;
             if reason.is_some()
+                && req.requested_ips.is_empty()
                 && wants_dual(req)
                 && ips.len() == 1
                 && let Ok(more) = self.complete(req, me, pool, &ips)
