@@ -24,7 +24,9 @@ fn delays(dump: &str, target: &str) -> Vec<f64> {
             continue;
         };
         let Ok(ts) = ts.parse::<f64>() else { continue };
-        let ask = rest.contains(&format!("who-has {target} "))
+        // Our own gratuitous requests ("who-has X tell X") are announcements, not questions.
+        let ask = (rest.contains(&format!("who-has {target} "))
+            && !rest.contains(&format!("tell {target},")))
             || rest.contains(&format!("who has {target},"));
         let answer = rest.contains(&format!("Reply {target} is-at"))
             || rest.contains(&format!("tgt is {target},"));
@@ -87,49 +89,39 @@ fn main() {
     lab.start_probe(0, &["10.99.0.100".into(), "fd00:99::100".into()], false);
     lab.wait_for_probes();
     let client = lab.client().to_string();
+    // To a file: a pipe nobody reads fills up and tcpdump then drops packets.
+    let dump_path = std::env::temp_dir().join(format!("l2-latency-{}.txt", std::process::id()));
+    let filter = "arp or icmp6";
     let mut dump = Command::new("ip")
         .args([
-            "netns",
-            "exec",
-            &client,
-            "tcpdump",
-            "-tt",
-            "-n",
-            "-l",
-            "-i",
-            "eth0",
-            "arp or icmp6",
+            "netns", "exec", &client, "tcpdump", "-tt", "-n", "-l", "-i", "eth0", filter,
         ])
-        .stdout(Stdio::piped())
+        .stdout(std::fs::File::create(&dump_path).expect("dump file"))
         .stderr(Stdio::null())
         .spawn()
         .expect("tcpdump");
     std::thread::sleep(Duration::from_millis(500));
-    let count = samples.to_string();
+    let ask = |args: &[&str]| {
+        let mut all = vec!["netns", "exec", &client];
+        all.extend_from_slice(args);
+        run("ip", &all);
+    };
+    // iputils arping takes whole seconds as interval: one process per sample instead.
     for target in ["10.99.0.50", "10.99.0.100"] {
-        run(
-            "ip",
-            &[
-                "netns", "exec", &client, "arping", "-c", &count, "-i", "0.005", "-I", "eth0",
-                target,
-            ],
-        );
+        for _ in 0..samples {
+            ask(&["arping", "-c", "1", "-w", "1", "-I", "eth0", target]);
+        }
     }
     for target in ["fd00:99::50", "fd00:99::100"] {
         for _ in 0..samples {
-            run(
-                "ip",
-                &[
-                    "netns", "exec", &client, "ndisc6", "-n", "-r", "1", "-w", "200", target,
-                    "eth0",
-                ],
-            );
+            ask(&["ndisc6", "-n", "-r", "1", "-w", "200", target, "eth0"]);
         }
     }
     std::thread::sleep(Duration::from_millis(300));
     let _ = dump.kill();
-    let out = dump.wait_with_output().expect("tcpdump output");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let _ = dump.wait();
+    let text = std::fs::read_to_string(&dump_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&dump_path);
     let results: HashMap<&str, Vec<f64>> =
         ["10.99.0.50", "10.99.0.100", "fd00:99::50", "fd00:99::100"]
             .into_iter()
