@@ -50,7 +50,10 @@ fn main() -> Result<()> {
     };
     let watched: BTreeSet<IpAddr> = addrs
         .iter()
-        .map(|a| a.parse().with_context(|| format!("`{a}` is not an address")))
+        .map(|a| {
+            a.parse()
+                .with_context(|| format!("`{a}` is not an address"))
+        })
         .collect::<Result<_>>()?;
     let iface = datalink::interfaces()
         .into_iter()
