@@ -15,19 +15,23 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use ferrolb_api::names;
+use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
 use ferrolb_controller::allocator::IpMode;
+use ferrolb_controller::allocator::ServiceKey;
 use ferrolb_controller::convert::ClassFilter;
+use ferrolb_controller::convert::service_key;
 use ferrolb_controller::leader::lease::{self, Leadership};
 use ferrolb_controller::leader::{Elector, Timing};
 use ferrolb_controller::metrics::Metrics;
-use ferrolb_controller::reconcile::{Controller, Settings, Stores, retry_delay};
+use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores, retry_delay};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 /// Command-line flags; each can also come from the environment variable shown.
@@ -163,17 +167,42 @@ async fn main() -> anyhow::Result<()> {
     ));
     let mut leadership = Leadership::new(until_rx);
 
-    let trigger = Arc::new(Notify::new());
+    let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel();
     let ns = args.namespace.clone();
     let stores = Stores {
-        services: spawn_store(Api::all(client.clone()), &trigger),
-        namespaces: spawn_store(Api::all(client.clone()), &trigger),
-        pools: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
-        l2: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
-        bgp: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
-        peers: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
-        communities: spawn_store(Api::namespaced(client.clone(), &ns), &trigger),
+        services: spawn_store(Api::all(client.clone()), &dirty_tx, |s: &Service| {
+            Dirty::Service(service_key(s))
+        }),
+        namespaces: spawn_store(Api::all(client.clone()), &dirty_tx, |_: &Namespace| {
+            Dirty::All
+        }),
+        pools: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &dirty_tx,
+            |_: &IPAddressPool| Dirty::All,
+        ),
+        l2: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &dirty_tx,
+            |_: &L2Advertisement| Dirty::All,
+        ),
+        bgp: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &dirty_tx,
+            |_: &BGPAdvertisement| Dirty::All,
+        ),
+        peers: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &dirty_tx,
+            |_: &BGPPeer| Dirty::All,
+        ),
+        communities: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &dirty_tx,
+            |_: &Community| Dirty::All,
+        ),
     };
+
     stores.services.wait_until_ready().await?;
     stores.namespaces.wait_until_ready().await?;
     stores.pools.wait_until_ready().await?;
@@ -216,18 +245,40 @@ async fn main() -> anyhow::Result<()> {
                 }
             };
             let mut failures = 0u32;
+            let mut scope = Scope::All;
+            let mut last_full = Instant::now();
             while leadership.is_leader() {
-                let report = controller.pass(&stores).await;
+                let report = controller.pass(&stores, scope).await;
                 failures = if report.failed > 0 { failures + 1 } else { 0 };
                 let wait = if failures > 0 {
                     retry_delay(failures)
                 } else {
-                    Duration::from_secs(30)
+                    RESYNC
                 };
+                let mut keys = report.retry;
+                let mut full = false;
                 tokio::select! {
-                    _ = trigger.notified() => tokio::time::sleep(Duration::from_millis(20)).await,
+                    Some(first) = dirty_rx.recv() => {
+                        // Collect what else changes in the next few milliseconds into one pass.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        for d in std::iter::once(first).chain(std::iter::from_fn(|| dirty_rx.try_recv().ok())) {
+                            match d {
+                                Dirty::Service(k) => { keys.insert(k); }
+                                Dirty::All => full = true,
+                            }
+                        }
+                    }
                     _ = tokio::time::sleep(wait) => {}
                 }
+                if last_full.elapsed() >= RESYNC {
+                    full = true;
+                }
+                scope = if full {
+                    last_full = Instant::now();
+                    Scope::All
+                } else {
+                    Scope::Services(keys)
+                };
             }
             info!("lost leadership; stopped assigning");
         }
@@ -241,8 +292,23 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts a watcher feeding a reflector store; every change wakes the reconcile loop.
-fn spawn_store<K>(api: Api<K>, trigger: &Arc<Notify>) -> Store<K>
+/// What a watched change makes dirty.
+enum Dirty {
+    /// One Service.
+    Service(ServiceKey),
+    /// Everything (a pool, namespace or advertisement changed).
+    All,
+}
+
+/// A pass over every Service at least this often, whatever the watches say.
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// Starts a watcher feeding a reflector store; every change is sent to the reconcile loop.
+fn spawn_store<K>(
+    api: Api<K>,
+    dirty: &mpsc::UnboundedSender<Dirty>,
+    what: fn(&K) -> Dirty,
+) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -253,7 +319,7 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let trigger = trigger.clone();
+    let dirty = dirty.clone();
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
@@ -261,10 +327,14 @@ where
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off");
+            match item {
+                Ok(obj) => {
+                    let _ = dirty.send(what(&obj));
+                }
+                Err(e) => {
+                    warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off")
+                }
             }
-            trigger.notify_one();
         }
     });
     store

@@ -15,7 +15,7 @@
 //! a restart only delays convergence. On becoming leader, the allocator is rebuilt from a fresh
 //! LIST of pools and Services (never from a cache that might lag the previous leader's writes).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -95,6 +95,15 @@ pub struct Settings {
     pub default_ip_mode: IpMode,
 }
 
+/// Which Services a pass looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every Service (start, resync, pool or namespace changes).
+    All,
+    /// Only these (their object changed, or a write for them failed).
+    Services(BTreeSet<ServiceKey>),
+}
+
 /// How one write went.
 struct WriteResult {
     /// For a status write: the Service and the resourceVersion the write was based on.
@@ -112,17 +121,17 @@ pub struct Controller {
     allocator: Allocator,
     pools_in: Vec<Pool>,
     memo: HashMap<ServiceKey, Memo>,
-    /// Services whose status must be cleared because they stopped being ours.
-    cleared: HashSet<ServiceKey>,
 }
 
 /// Result of one pass.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PassReport {
     /// Writes attempted.
     pub writes: usize,
-    /// Writes that failed (retried by a later pass).
+    /// Writes that failed.
     pub failed: usize,
+    /// Services whose status write failed: the next pass looks at them again.
+    pub retry: BTreeSet<ServiceKey>,
 }
 
 impl Controller {
@@ -163,164 +172,144 @@ impl Controller {
             allocator,
             pools_in,
             memo: HashMap::new(),
-            cleared: HashSet::new(),
         })
     }
 
-    /// Looks at every Service and pool once and applies what changed.
-    pub async fn pass(&mut self, stores: &Stores) -> PassReport {
+    /// Looks at the Services in `scope` (every Service and pool when pools changed) and applies
+    /// what changed. Services that an address freed during the pass lets retry are looked at in
+    /// the same pass.
+    pub async fn pass(&mut self, stores: &Stores, scope: Scope) -> PassReport {
         let pools = stores.pools.state();
         let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
         let pools_in = allocator_pools(&pool_objs, self.settings.default_ip_mode);
+        let mut scope = scope;
         if pools_in != self.pools_in {
             let changed = self.allocator.set_pools(pools_in.clone());
             debug!(invalidated = changed.invalidated.len(), "pools changed");
             self.pools_in = pools_in;
+            scope = Scope::All;
         }
-
-        let mut services = stores.services.state();
-        services.sort_by_key(|s| service_key(s));
+        let full = matches!(scope, Scope::All);
+        let mut queue: BTreeSet<ServiceKey> = match scope {
+            Scope::Services(keys) => keys,
+            Scope::All => {
+                let mut keys: BTreeSet<ServiceKey> = stores
+                    .services
+                    .state()
+                    .iter()
+                    .map(|s| service_key(s))
+                    .collect();
+                keys.extend(self.memo.keys().cloned());
+                keys.extend(self.allocator.assignments().into_iter().map(|(k, _)| k));
+                keys
+            }
+        };
+        let mut visits: HashMap<ServiceKey, u8> = HashMap::new();
         let mut writes = Vec::new();
-        let mut present = HashSet::new();
-        for svc in services {
-            let key = service_key(&svc);
-            present.insert(key.clone());
-            if !self.settings.filter.is_ours(&svc) {
-                self.allocator.release(&key);
-                self.memo.remove(&key);
-                if svc
-                    .annotations()
-                    .contains_key(names::IP_ALLOCATED_FROM_POOL)
-                    && !self.cleared.contains(&key)
-                {
-                    self.cleared.insert(key.clone());
-                    writes.push(Write::Status {
-                        key: key.clone(),
-                        rv: svc.resource_version(),
-                        ingress: vec![],
-                        pool: None,
-                    });
-                    writes.push(event(
-                        &svc,
-                        EventType::Normal,
-                        "ClearAssignment",
-                        "Service is no longer handled by FerroLB; its address was released".into(),
-                    ));
+        while let Some(key) = queue.pop_first() {
+            let n = visits.entry(key.clone()).or_default();
+            *n += 1;
+            if *n > 3 {
+                continue; // a Service freed and refused in a loop: the next pass looks again
+            }
+            let object = stores
+                .services
+                .get(&ObjectRef::new(&key.name).within(&key.namespace));
+            let freed = match object {
+                None => {
+                    self.memo.remove(&key);
+                    self.allocator.release(&key)
                 }
-                continue;
-            }
-            self.cleared.remove(&key);
-            self.plan_service(&svc, &stores.namespaces, &mut writes);
+                Some(svc) if !self.settings.filter.is_ours(&svc) => {
+                    self.plan_clear(&svc, &mut writes);
+                    self.allocator.release(&key)
+                }
+                Some(svc) => self.plan_service(&svc, &stores.namespaces, &mut writes),
+            };
+            queue.extend(freed);
         }
-        let gone: Vec<ServiceKey> = self
-            .memo
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
-            self.allocator.release(&key);
-            self.memo.remove(&key);
-        }
-        for (key, _) in self.allocator.assignments() {
-            if !present.contains(&key) {
-                self.allocator.release(&key);
-            }
-        }
-
         let report = self.apply(writes).await;
-        self.write_config_status(stores, &pool_objs).await;
-        self.update_metrics(&pool_objs);
+        if full {
+            self.write_config_status(stores, &pool_objs).await;
+            self.update_metrics(&pool_objs);
+        }
         report
     }
 
+    /// A Service that stopped being ours (type or class changed) loses what we wrote on it.
+    fn plan_clear(&mut self, svc: &Arc<Service>, writes: &mut Vec<Write>) {
+        let key = service_key(svc);
+        let memo = self.memo.entry(key.clone()).or_default();
+        let ours = svc
+            .annotations()
+            .contains_key(names::IP_ALLOCATED_FROM_POOL);
+        if !ours || (memo.written_over.is_some() && memo.written_over == svc.resource_version()) {
+            return;
+        }
+        writes.push(Write::Status {
+            key,
+            rv: svc.resource_version(),
+            ingress: vec![],
+            pool: None,
+        });
+        writes.push(event(
+            svc,
+            EventType::Normal,
+            "ClearAssignment",
+            "Service is no longer handled by FerroLB; its address was released".into(),
+        ));
+    }
+
+    /// Plans one Service; returns the Services that may retry because this one freed addresses.
     fn plan_service(
         &mut self,
         svc: &Arc<Service>,
         namespaces: &Store<Namespace>,
         writes: &mut Vec<Write>,
-    ) {
+    ) -> Vec<ServiceKey> {
         let key = service_key(svc);
         let memo = self.memo.entry(key.clone()).or_default();
         if memo.written_over.is_some() && memo.written_over == svc.resource_version() {
-            return; // our last write is not in the cache yet
+            return vec![]; // our last write is not in the cache yet
         }
         memo.written_over = None;
         let outcome = match request_from_service(svc, &namespace_labels(namespaces, svc)) {
             Ok(req) => self.allocator.assign(&req),
             Err(error) => {
                 // Contradictory annotations: an error on the Service, its status untouched.
-                if memo.last_failure.as_deref() != Some(error.reason()) {
-                    memo.last_failure = Some(error.reason().to_string());
-                    self.metrics
-                        .allocation_failures
-                        .get_or_create(&ReasonLabels {
-                            reason: error.reason().into(),
-                        })
-                        .inc();
-                    writes.push(event(
-                        svc,
-                        EventType::Warning,
-                        "AllocationFailed",
-                        error.to_string(),
-                    ));
-                }
-                return;
+                let note = error.to_string();
+                self.failure(svc, error.reason(), note, writes);
+                return vec![];
             }
         };
-        match &outcome {
-            Outcome::Assigned(a) => {
-                memo.last_failure = None;
-                let ips: Vec<String> = a.ips.iter().map(ToString::to_string).collect();
-                writes.push(event(
-                    svc,
-                    EventType::Normal,
-                    "IPAllocated",
-                    format!("Assigned IP {:?} from pool `{}`", ips, a.pool),
-                ));
-            }
-            Outcome::Changed { old, new, reason } => {
-                memo.last_failure = None;
-                writes.push(event(
-                    svc,
-                    EventType::Normal,
-                    "IPChanged",
-                    format!("Address changed from {old:?} to {:?}: {reason}", new.ips),
-                ));
-            }
-            Outcome::Revoked { old, reason, error } => {
-                memo.last_failure = Some(error.reason().to_string());
-                self.metrics
-                    .allocation_failures
-                    .get_or_create(&ReasonLabels {
-                        reason: error.reason().into(),
-                    })
-                    .inc();
-                writes.push(event(
-                    svc,
-                    EventType::Warning,
-                    "IPChanged",
-                    format!("Address {old:?} released: {reason}; no new address: {error}"),
-                ));
-            }
-            Outcome::Failed(error) => {
-                if memo.last_failure.as_deref() != Some(error.reason()) {
-                    memo.last_failure = Some(error.reason().to_string());
-                    self.metrics
-                        .allocation_failures
-                        .get_or_create(&ReasonLabels {
-                            reason: error.reason().into(),
-                        })
-                        .inc();
-                    writes.push(event(
-                        svc,
-                        EventType::Warning,
-                        "AllocationFailed",
-                        error.to_string(),
-                    ));
-                }
-            }
-            Outcome::Unchanged(_) => memo.last_failure = None,
+        let note = match &outcome {
+            Outcome::Assigned(a) => Some((
+                EventType::Normal,
+                "IPAllocated",
+                format!("Assigned {} from pool `{}`", join(&a.ips), a.pool),
+            )),
+            Outcome::Changed { old, new, reason } => Some((
+                EventType::Normal,
+                "IPChanged",
+                format!(
+                    "Address changed from {} to {}: {reason}",
+                    join(old),
+                    join(&new.ips)
+                ),
+            )),
+            Outcome::Revoked { old, reason, .. } => Some((
+                EventType::Warning,
+                "IPChanged",
+                format!("Address {} released: {reason}", join(old)),
+            )),
+            Outcome::Failed(_) | Outcome::Unchanged(_) => None,
+        };
+        if let Some((type_, reason, note)) = note {
+            writes.push(event(svc, type_, reason, note));
+        }
+        match outcome.error() {
+            Some(error) => self.failure(svc, error.reason(), error.to_string(), writes),
+            None => self.memo.entry(key.clone()).or_default().last_failure = None,
         }
         let desired = desired_ingress(svc, outcome.assignment());
         let pool = outcome.assignment().map(|a| a.pool.clone());
@@ -335,6 +324,26 @@ impl Controller {
                 ingress: desired,
                 pool,
             });
+        }
+        if outcome.frees_addresses() {
+            self.allocator.waiting()
+        } else {
+            vec![]
+        }
+    }
+
+    /// Reports a refusal: counted every time, an Event only when the reason changes.
+    fn failure(&mut self, svc: &Arc<Service>, reason: &str, note: String, writes: &mut Vec<Write>) {
+        self.metrics
+            .allocation_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+        let memo = self.memo.entry(service_key(svc)).or_default();
+        if memo.last_failure.as_deref() != Some(reason) {
+            memo.last_failure = Some(reason.to_string());
+            writes.push(event(svc, EventType::Warning, "AllocationFailed", note));
         }
     }
 
@@ -384,12 +393,15 @@ impl Controller {
             .await;
         let mut report = PassReport {
             writes: total,
-            failed: 0,
+            ..Default::default()
         };
         for result in results {
             if !result.ok {
                 report.failed += 1;
                 self.metrics.api_error(result.operation);
+                if let Some((key, _)) = result.status_of {
+                    report.retry.insert(key);
+                }
                 continue;
             }
             if let Some((key, rv)) = result.status_of {
@@ -554,6 +566,13 @@ macro_rules! has_conditions {
     )*};
 }
 has_conditions!(L2Advertisement, BGPAdvertisement, Community, BGPPeer);
+
+fn join(ips: &[std::net::IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn family_label(f: IpFamily) -> &'static str {
     match f {

@@ -149,7 +149,7 @@ async fn with_watches_dropped_writes_failing_and_conflicts_every_service_converg
             let mut tick = 0u64;
             loop {
                 tick += 1;
-                if tick % 20 == 0 {
+                if tick.is_multiple_of(20) {
                     faults.close_watches(); // every second
                 }
                 // About one request in ten to services fails with a 500.
