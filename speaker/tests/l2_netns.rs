@@ -93,6 +93,8 @@ fn a_flood_of_malformed_and_valid_frames_leaves_the_responder_answering() {
     assert_eq!(lab.resolve(ip("10.99.0.100")), want);
     assert_eq!(lab.resolve(ip("fd00:99::100")), want);
     std::thread::sleep(Duration::from_millis(700));
+    // Random IPv6 frames stay in the kernel (the socket filter passes only solicitations), so
+    // they are not counted here; malformed ARP and solicitations are.
     let s = lab.probe_stats(0);
     eprintln!("flood: {flood}\nresponder: {s}");
     assert!(s["malformed"].as_u64().unwrap() > 10_000, "{s}");
@@ -102,6 +104,8 @@ fn a_flood_of_malformed_and_valid_frames_leaves_the_responder_answering() {
         "truncated",
         "ndp_bad_checksum",
         "ndp_hop_limit",
+        "ndp_multicast_target",
+        "ipv6_length_mismatch",
         "arp_unsupported_format",
     ] {
         assert!(

@@ -5,9 +5,11 @@
 //! - [`election`]: which node owns an address (rendezvous hashing). Pure.
 //! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address. Pure.
 //! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building. Pure.
+//! - [`filter`]: the BPF program that keeps other traffic in the kernel. Pure data.
 //! - [`iface`]: which interfaces answer for an address. Pure, plus one reader of the host.
 //! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
 pub mod election;
+pub mod filter;
 pub mod frame;
 pub mod iface;
 pub mod responder;

@@ -15,21 +15,25 @@
 //! - Every newly owned (address, interface) pair is announced on [`schedule::ANNOUNCE_OFFSETS`].
 //! - Malformed frames are counted per [`frame::DropReason`] and never parsed past their length.
 //!
+//! - Each packet socket carries [`RESPONDER_FILTER`]: the kernel passes only received ARP and
+//!   Neighbor Solicitations, not the node's other traffic nor the frames it sends.
+//!
 //! # Caveats
-//! - The packet socket sees every frame of the interface (no BPF filter yet); the parser discards
-//!   other traffic after reading two bytes.
 //! - Methods are synchronous and do not block on I/O (opening a new interface aside), so they may
 //!   be called from async code.
 
 use super::counters::{CounterSnapshot, Counters};
 use super::error::L2Error;
+use super::filter::RESPONDER_FILTER;
 use super::frame::{self, MacAddr, Request, solicited_node};
 use super::iface;
 use super::schedule;
 use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
+use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, UdpSocket};
+use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, RwLock};
@@ -228,7 +232,12 @@ fn open_port(name: &str) -> Result<(Port, Box<dyn DataLinkReceiver>), L2Error> {
         .mac
         .filter(|m| *m != MacAddr::default())
         .ok_or_else(|| L2Error::NoMac { name: name.into() })?;
+    let socket_fd = filtered_packet_socket().map_err(|source| L2Error::Channel {
+        name: name.into(),
+        source,
+    })?;
     let config = datalink::Config {
+        socket_fd: Some(socket_fd),
         read_timeout: Some(READ_TIMEOUT),
         // Broadcast ARP, our own unicast MAC and the joined solicited-node groups are all the
         // interface needs to accept; promiscuous mode would add every other host's traffic.
@@ -251,6 +260,24 @@ fn open_port(name: &str) -> Result<(Port, Box<dyn DataLinkReceiver>), L2Error> {
             source,
         }),
     }
+}
+
+/// Receive buffer of each packet socket: room for a burst of a few thousand requests.
+const RECEIVE_BUFFER: usize = 4 << 20;
+
+/// A packet socket carrying [`RESPONDER_FILTER`], for pnet to bind to the interface (pnet takes
+/// ownership of the descriptor). Created with protocol 0, it receives nothing until that bind,
+/// so no frame of another interface is queued before it.
+fn filtered_packet_socket() -> io::Result<RawFd> {
+    let socket = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(0)))?;
+    let program: Vec<SockFilter> = RESPONDER_FILTER
+        .iter()
+        .map(|(code, jt, jf, k)| SockFilter::new(*code, *jt, *jf, *k))
+        .collect();
+    socket.attach_filter(&program)?;
+    // Best effort: the kernel caps it at net.core.rmem_max.
+    let _ = socket.set_recv_buffer_size(RECEIVE_BUFFER);
+    Ok(socket.into_raw_fd())
 }
 
 fn receive_loop(inner: &Inner, port: &Port, mut rx: Box<dyn DataLinkReceiver>) {
