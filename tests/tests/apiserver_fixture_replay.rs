@@ -1,8 +1,9 @@
 //! Replays exchanges recorded from kube-apiserver 1.35 (tests/fixtures/kube-api, copied from the
-//! project's recorded corpus) against the double, in order, and compares status code, reason, causes
-//! and the object fields that matter. Server-assigned values (uids, resourceVersions, cluster IPs,
-//! node ports, timestamps, managedFields times) are not compared; requests that carry a
-//! resourceVersion or uid get the double's current one, except where the recording meant a stale one.
+//! project's recorded corpus) against the double, in order, and compares status code, reason,
+//! causes, the object fields that matter, and managedFields (managers, operations, field sets).
+//! Server-assigned values (uids, resourceVersions, cluster IPs, node ports, timestamps) are not
+//! compared; requests that carry a resourceVersion or uid get the double's current one, except where
+//! the recording meant a stale one.
 
 mod support;
 
@@ -186,6 +187,11 @@ fn normalize(v: &Value) -> Value {
     v
 }
 
+/// Fixtures whose managedFields are not compared: after a type change kube-apiserver keeps
+/// ownership of the fields it dropped (033-035), and the CRD's status is written by
+/// kube-apiserver's own establishing controller under its name (151).
+const MANAGED_FIELDS_NOT_CHECKED: &[&str] = &["033-", "034-", "035-", "151-"];
+
 fn compare(name: &str, f: &Value, status: u16, body: &Value) -> Vec<String> {
     let want_status = f["response"]["status"].as_u64().unwrap() as u16;
     let want = &f["response"]["body"];
@@ -259,6 +265,33 @@ fn compare(name: &str, f: &Value, status: u16, body: &Value) -> Vec<String> {
                 ));
             }
         }
+        if !MANAGED_FIELDS_NOT_CHECKED
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            let entries = |v: &Value| -> Vec<Value> {
+                v["metadata"]["managedFields"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        json!([
+                            e["manager"],
+                            e["operation"],
+                            e["subresource"],
+                            e["fieldsV1"]
+                        ])
+                    })
+                    .collect()
+            };
+            if entries(body) != entries(want) {
+                problems.push(format!(
+                    "{name}: managedFields\n  got      {:?}\n  recorded {:?}",
+                    entries(body),
+                    entries(want)
+                ));
+            }
+        }
         for k in [
             "labels",
             "annotations",
@@ -299,7 +332,7 @@ async fn recorded_exchanges_replay_with_the_same_answers() {
                 "/api/v1/namespaces/fx/services/lb1/status",
                 "application/merge-patch+json",
                 Some(restore),
-                &[],
+                &[("User-Agent", "fxcap/1.0")],
             )
             .await;
         }
@@ -317,7 +350,8 @@ async fn recorded_exchanges_replay_with_the_same_answers() {
                 b.to_string()
             }
         });
-        let mut extra = Vec::new();
+        // The recorder's User-Agent, from which the default field manager is derived.
+        let mut extra = vec![("User-Agent", "fxcap/1.0")];
         for h in ["If-None-Match", "Accept"] {
             if let Some(v) = headers[h].as_str() {
                 extra.push((h, v));

@@ -172,6 +172,7 @@ fn create_inner(
         });
     }
     drop_empty_metadata(&mut body);
+    let sent = body.clone();
     let warnings = kinds::on_create(st, &ctx, &mut body)?;
     let meta = body["metadata"]
         .as_object_mut()
@@ -183,7 +184,7 @@ fn create_inner(
     }
     match applied {
         Some(a) => ssa::set_apply_owner(&mut body, a, &ctx),
-        None => ssa::record_update(None, &mut body, &ctx),
+        None => record_update(&ctx, None, &mut body, &sent),
     }
     let stored = if ctx.dry_run() {
         body
@@ -462,6 +463,7 @@ fn write_update(
         }
     }
     drop_empty_metadata(&mut new);
+    let sent = new.clone();
     let warnings = kinds::on_update(st, ctx, old, &mut new)?;
     if ctx.res.generation && spec_changed(old, &new) {
         let g = old
@@ -471,7 +473,7 @@ fn write_update(
         new["metadata"]["generation"] = json!(g + 1);
     }
     if !applied {
-        ssa::record_update(Some(old), &mut new, ctx);
+        record_update(ctx, Some(old), &mut new, &sent);
     }
     if same_ignoring_managed_times(old, &new) {
         return Ok(Reply {
@@ -502,6 +504,25 @@ fn write_update(
         body: kinds::present(&ctx.res, stored),
         warnings,
     })
+}
+
+/// Field ownership of a non-apply write, computed on the object as the client's API shows it
+/// (events.k8s.io Events are stored in their core shape).
+fn record_update(ctx: &Ctx, old_view: Option<&Value>, new: &mut Value, sent: &Value) {
+    if ctx.res.builtin() == Some(super::resources::Builtin::Event) {
+        let mut view = kinds::present(&ctx.res, new.clone());
+        ssa::record_update(old_view, &mut view, ctx, sent);
+        match view["metadata"].get("managedFields") {
+            Some(m) => new["metadata"]["managedFields"] = m.clone(),
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove("managedFields");
+                }
+            }
+        }
+    } else {
+        ssa::record_update(old_view, new, ctx, sent);
+    }
 }
 
 /// Go's `omitempty`: empty labels, annotations, finalizers and ownerReferences are not kept.

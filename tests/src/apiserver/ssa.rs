@@ -96,7 +96,7 @@ impl<'a> Shape<'a> {
         let last = n.last().copied().unwrap_or("");
         let parent = if n.len() >= 2 { n[n.len() - 2] } else { "" };
         match (n.as_slice(), parent, last) {
-            (["metadata", "finalizers"], _, _) => ListKind::Set,
+            (["metadata", "finalizers"], _, _) | (["spec", "podCIDRs"], _, _) => ListKind::Set,
             (["metadata", "ownerReferences"], _, _) => keys(&["uid"]),
             (["spec", "ports"], _, _) => keys(&["port", "protocol"]),
             (["status", "conditions"], _, _) | (["status", "addresses"], _, _) => keys(&["type"]),
@@ -122,7 +122,7 @@ impl<'a> Shape<'a> {
                 .map(String::as_str)
                 .collect::<Vec<_>>()
                 .as_slice(),
-            ["spec", "selector"]
+            ["spec", "selector"] | ["involvedObject"] | ["regarding"] | ["related"]
         )
     }
 
@@ -160,13 +160,29 @@ const UNOWNED_META: [&str; 9] = [
     "deletionGracePeriodSeconds",
 ];
 
-/// The members of `v` (leaves, list items and, with `dots`, the maps that contain them).
+/// Whether an object at `shape` is a map (which a manager creates, so Update sets list it with a
+/// "." member) rather than a Go struct of a built-in kind (which always exists).
+fn is_map(shape: &Shape) -> bool {
+    let n: Vec<&str> = shape.names.iter().map(String::as_str).collect();
+    if shape.in_metadata() || !shape.custom {
+        return matches!(
+            n.as_slice(),
+            ["metadata", "labels" | "annotations"] | ["data" | "binaryData" | "stringData"]
+        ) || matches!(
+            n.last(),
+            Some(&("nodeSelector" | "capacity" | "allocatable" | "series" | "conversion"))
+        );
+    }
+    !n.is_empty()
+}
+
+/// The members of `v` (leaves, list items and, with `dots`, the maps and lists that contain them).
 fn collect(v: &Value, shape: &Shape, path: &mut Path, out: &mut FieldSet, dots: bool) {
     match v {
+        // An empty Go struct has no fields to own.
+        Value::Object(o) if o.is_empty() && !is_map(shape) => {}
         Value::Object(o) if !shape.atomic_map() && !o.is_empty() => {
-            // Top-level Go structs (and metadata everywhere) always exist, so they get no "." member.
-            let top = shape.names.len() == 1;
-            if dots && !path.is_empty() && !(top && (!shape.custom || shape.in_metadata())) {
+            if dots && !path.is_empty() && is_map(shape) {
                 out.insert(path.clone());
             }
             for (k, child) in o {
@@ -189,6 +205,9 @@ fn collect(v: &Value, shape: &Shape, path: &mut Path, out: &mut FieldSet, dots: 
                 out.insert(path.clone());
             }
             ListKind::Set => {
+                if dots && !a.is_empty() {
+                    out.insert(path.clone());
+                }
                 for item in a {
                     path.push(Pe::V(item.to_string()));
                     out.insert(path.clone());
@@ -197,6 +216,9 @@ fn collect(v: &Value, shape: &Shape, path: &mut Path, out: &mut FieldSet, dots: 
             }
             ListKind::Map(keys) => {
                 let item_shape = shape.item();
+                if dots && !a.is_empty() {
+                    out.insert(path.clone());
+                }
                 for item in a {
                     path.push(Pe::K(item_key(shape, &keys, item)));
                     out.insert(path.clone());
@@ -205,6 +227,8 @@ fn collect(v: &Value, shape: &Shape, path: &mut Path, out: &mut FieldSet, dots: 
                 }
             }
         },
+        // A null is an unset pointer: nothing to own.
+        Value::Null => {}
         _ => {
             if !path.is_empty() {
                 out.insert(path.clone());
@@ -471,8 +495,36 @@ fn scope_to_subresource(set: &mut FieldSet, ctx: &Ctx) {
     }
 }
 
+/// Fields kube-apiserver allocates for a Service: nobody owns them unless the client sent them.
+fn allocated_by_server(ctx: &Ctx, p: &[Pe]) -> bool {
+    use super::resources::Builtin;
+    let f = |s: &str| Pe::F(s.to_string());
+    match ctx.res.builtin() {
+        Some(Builtin::Service) => {}
+        // Defaulted finalizers and admission's not-ready taint.
+        Some(Builtin::Namespace) => return p.first() == Some(&f("spec")),
+        Some(Builtin::Node) => return p.len() >= 2 && p[0] == f("spec") && p[1] == f("taints"),
+        _ => return false,
+    }
+    match p {
+        [a, b] if *a == f("spec") => [
+            "clusterIP",
+            "clusterIPs",
+            "ipFamilies",
+            "ipFamilyPolicy",
+            "healthCheckNodePort",
+        ]
+        .iter()
+        .any(|k| *b == f(k)),
+        [a, b, Pe::K(_), c] => *a == f("spec") && *b == f("ports") && *c == f("nodePort"),
+        [a, ..] => *a == f("status") && !ctx.is_status(),
+        _ => false,
+    }
+}
+
 /// Records a non-apply write (create when `old` is `None`): the manager takes the fields it changed.
-pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Ctx) {
+/// `sent` is the object as the client wrote it, before the server's defaults and allocations.
+pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Ctx, sent: &Value) {
     let shape = Shape::root(ctx);
     let after = field_set(new, ctx, true);
     let mut changed: FieldSet = match old {
@@ -480,13 +532,17 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Ctx) {
         Some(o) => after
             .iter()
             .filter(|p| {
-                lookup(o, p, &shape) != lookup(new, p, &shape)
-                    || is_container(new, p, &shape) && lookup(o, p, &shape).is_none()
+                if is_container(new, p, &shape) {
+                    lookup(o, p, &shape).is_none()
+                } else {
+                    lookup(o, p, &shape) != lookup(new, p, &shape)
+                }
             })
             .cloned()
             .collect(),
     };
     scope_to_subresource(&mut changed, ctx);
+    changed.retain(|p| !allocated_by_server(ctx, p) || lookup(sent, p, &shape).is_some());
     let mut entries = match old {
         Some(o) => read_entries(o),
         None => Vec::new(),
@@ -518,8 +574,28 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Ctx) {
     write_entries(new, entries);
 }
 
+/// Whether the member at `p` is a container (map, associative or set list, list item) rather than a
+/// leaf: a container is "changed" by a write only when the write creates it.
 fn is_container(v: &Value, p: &[Pe], shape: &Shape) -> bool {
-    lookup(v, p, shape).is_some_and(|x| x.is_object() && !x.as_object().is_some_and(Map::is_empty))
+    let at = shape_at(shape, p);
+    match lookup(v, p, shape) {
+        Some(Value::Object(o)) => !o.is_empty() && !at.atomic_map(),
+        Some(Value::Array(_)) => {
+            at.list_kind() != ListKind::Atomic && !matches!(p.last(), Some(Pe::V(_)))
+        }
+        _ => false,
+    }
+}
+
+fn shape_at<'a>(shape: &Shape<'a>, path: &[Pe]) -> Shape<'a> {
+    let mut s = shape.clone();
+    for p in path {
+        s = match p {
+            Pe::F(k) => s.field(k),
+            _ => s.item(),
+        };
+    }
+    s
 }
 
 fn applied_set(applied: &Value, ctx: &Ctx) -> FieldSet {
@@ -605,7 +681,7 @@ pub fn apply(live: &Value, applied: &Value, ctx: &Ctx, force: bool) -> ApiResult
             if !(e.manager == manager && e.operation == "Apply" && e.subresource == sub) {
                 for p in &set {
                     let cur = lookup(live, p, &shape);
-                    if cur != lookup(applied, p, &shape) {
+                    if !is_container(applied, p, &shape) && cur != lookup(applied, p, &shape) {
                         e.fields.remove(p);
                     }
                 }
@@ -635,14 +711,7 @@ pub fn apply(live: &Value, applied: &Value, ctx: &Ctx, force: bool) -> ApiResult
 }
 
 fn shape_is_atomic_at(shape: &Shape, path: &[Pe]) -> bool {
-    let mut s = shape.clone();
-    for p in path {
-        s = match p {
-            Pe::F(k) => s.field(k),
-            _ => s.item(),
-        };
-    }
-    s.atomic_map()
+    shape_at(shape, path).atomic_map()
 }
 
 fn conflict_error(conflicts: &[(String, String)]) -> ApiError {
