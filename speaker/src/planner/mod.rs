@@ -9,6 +9,7 @@
 //!   `NetworkUnavailable`, local endpoints for `externalTrafficPolicy: Local`).
 //! - [`l2`]: the layer-2 plan: advertisement matching, owner election, interfaces.
 
+pub mod bgp;
 pub mod convert;
 pub mod eligibility;
 pub mod input;

@@ -1,0 +1,354 @@
+//! The BGP plan: which prefixes this node announces to which peers, with which attributes.
+//! Pure: no I/O, no clock.
+//!
+//! Every eligible node announces (BGP has no single owner: routers spread traffic over the
+//! nodes with ECMP). A node announces a Service address to a peer when a `BGPAdvertisement`
+//! selects the address's pool and this node, names the peer (or names none), the peer's own
+//! `nodeSelectors` select this node, the node may announce at all (not excluded, network
+//! available), and the Service has a usable endpoint (on this node, for
+//! `externalTrafficPolicy: Local`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ferrolb_api::validate::CommunityValue;
+use ipnet::IpNet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::eligibility::{NotEligible, node_may_announce, service_may_use};
+use super::input::{NodeInfo, PoolInfo, ServiceKey, Snapshot};
+use crate::bgp::config::{Advertisement, Community, LargeCommunity, RouteAttrs};
+
+/// A `BGPAdvertisement` as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct BgpAdvertisementInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.ipAddressPools`.
+    pub pools: Vec<String>,
+    /// `spec.ipAddressPoolSelectors`.
+    pub pool_selectors: Vec<LabelSelector>,
+    /// `spec.nodeSelectors`.
+    pub node_selectors: Vec<LabelSelector>,
+    /// `spec.peers` (all peers when empty).
+    pub peers: Vec<String>,
+    /// `spec.aggregationLength` (32 when unset).
+    pub aggregation_length: u8,
+    /// `spec.aggregationLengthV6` (128 when unset).
+    pub aggregation_length_v6: u8,
+    /// `spec.localPref`.
+    pub local_pref: Option<u32>,
+    /// `spec.communities`, aliases already resolved.
+    pub communities: Vec<CommunityValue>,
+}
+
+impl BgpAdvertisementInfo {
+    fn selects_pool(&self, pool: &PoolInfo) -> bool {
+        (self.pools.is_empty() && self.pool_selectors.is_empty())
+            || self.pools.contains(&pool.name)
+            || self
+                .pool_selectors
+                .iter()
+                .any(|s| ferrolb_api::selector::matches(s, &pool.labels))
+    }
+
+    fn attrs(&self) -> RouteAttrs {
+        let mut attrs = RouteAttrs {
+            local_pref: self.local_pref,
+            ..Default::default()
+        };
+        for c in &self.communities {
+            match *c {
+                CommunityValue::Standard(hi, lo) => {
+                    attrs
+                        .communities
+                        .insert(Community((u32::from(hi) << 16) | u32::from(lo)));
+                }
+                CommunityValue::Large(global, local1, local2) => {
+                    attrs.large_communities.insert(LargeCommunity {
+                        global,
+                        local1,
+                        local2,
+                    });
+                }
+            }
+        }
+        attrs
+    }
+
+    fn prefix(&self, ip: IpAddr) -> IpNet {
+        let len = if ip.is_ipv4() {
+            self.aggregation_length.min(32)
+        } else {
+            self.aggregation_length_v6.min(128)
+        };
+        IpNet::new(ip, len)
+            .expect("length clamped to the family")
+            .trunc()
+    }
+}
+
+/// A `BGPPeer` as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct BgpPeerInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.nodeSelectors` (all nodes when empty).
+    pub node_selectors: Vec<LabelSelector>,
+}
+
+/// What this node announces over BGP.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct BgpPlan {
+    /// Per peer (by `BGPPeer` name): the full set of advertisements, attributes merged per prefix.
+    pub per_peer: BTreeMap<String, Vec<Advertisement>>,
+    /// Per Service: the peers its addresses are announced to from this node.
+    pub per_service: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// Per Service this node does not announce at all: why.
+    pub not_announced: BTreeMap<ServiceKey, NotEligible>,
+}
+
+/// Computes the BGP plan of `snapshot.this_node`.
+pub fn plan_bgp(
+    snapshot: &Snapshot,
+    advertisements: &[BgpAdvertisementInfo],
+    peers: &[BgpPeerInfo],
+) -> BgpPlan {
+    let mut plan = BgpPlan::default();
+    let me = &snapshot.this_node;
+    let node = snapshot.nodes.get(me).cloned().unwrap_or_else(|| NodeInfo {
+        name: me.clone(),
+        ..Default::default()
+    });
+    let node_ok = node_may_announce(&node);
+    let my_peers: Vec<&BgpPeerInfo> = peers
+        .iter()
+        .filter(|p| ferrolb_api::selector::any_matches(&p.node_selectors, &node.labels))
+        .collect();
+    let mut routes: BTreeMap<String, BTreeMap<IpNet, RouteAttrs>> = my_peers
+        .iter()
+        .map(|p| (p.name.clone(), BTreeMap::new()))
+        .collect();
+    for svc in &snapshot.services {
+        if let Err(why) = node_ok.and_then(|_| service_may_use(svc, me)) {
+            plan.not_announced.insert(svc.key.clone(), why);
+            continue;
+        }
+        let mut announced_to = BTreeSet::new();
+        let mut why_not = NotEligible::NoMatchingAdvertisement;
+        for ip in &svc.ingress {
+            let Some(pool) = snapshot.pools.iter().find(|p| p.contains(*ip)) else {
+                continue;
+            };
+            for adv in advertisements.iter().filter(|a| a.selects_pool(pool)) {
+                if !ferrolb_api::selector::any_matches(&adv.node_selectors, &node.labels) {
+                    why_not = NotEligible::NodeSelectorMismatch;
+                    continue;
+                }
+                let prefix = adv.prefix(*ip);
+                let attrs = adv.attrs();
+                for peer in my_peers
+                    .iter()
+                    .filter(|p| adv.peers.is_empty() || adv.peers.contains(&p.name))
+                {
+                    routes
+                        .entry(peer.name.clone())
+                        .or_default()
+                        .entry(prefix)
+                        .and_modify(|a| a.merge(&attrs))
+                        .or_insert_with(|| attrs.clone());
+                    announced_to.insert(peer.name.clone());
+                }
+            }
+        }
+        if announced_to.is_empty() {
+            plan.not_announced.insert(svc.key.clone(), why_not);
+        } else {
+            plan.per_service.insert(svc.key.clone(), announced_to);
+        }
+    }
+    plan.per_peer = routes
+        .into_iter()
+        .map(|(peer, prefixes)| {
+            let ads = prefixes
+                .into_iter()
+                .map(|(prefix, attrs)| Advertisement { prefix, attrs })
+                .collect();
+            (peer, ads)
+        })
+        .collect();
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::input::{EndpointInfo, ServiceInfo};
+    use ferrolb_api::validate::AddressRange;
+
+    fn endpoint(node: &str) -> EndpointInfo {
+        EndpointInfo {
+            node_name: Some(node.into()),
+            ready: Some(true),
+            serving: Some(true),
+            terminating: Some(false),
+        }
+    }
+
+    fn snapshot(me: &str, local: bool, endpoints_on: &[&str]) -> Snapshot {
+        let pool = PoolInfo {
+            name: "public".into(),
+            labels: BTreeMap::new(),
+            ranges: vec![
+                AddressRange::parse("10.99.5.0/24").unwrap(),
+                AddressRange::parse("fd00:99:5::/64").unwrap(),
+            ],
+        };
+        let svc = ServiceInfo {
+            key: ServiceKey::new("default", "web"),
+            ingress: vec![
+                "10.99.5.7".parse().unwrap(),
+                "fd00:99:5::7".parse().unwrap(),
+            ],
+            local_traffic_policy: local,
+            endpoints: endpoints_on.iter().map(|n| endpoint(n)).collect(),
+        };
+        let nodes = ["a", "b"]
+            .iter()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    NodeInfo {
+                        name: n.to_string(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        Snapshot {
+            services: vec![svc],
+            nodes,
+            pools: vec![pool],
+            l2_advertisements: vec![],
+            live_speakers: BTreeSet::from(["a".to_string(), "b".to_string()]),
+            this_node: me.into(),
+        }
+    }
+
+    fn adv() -> BgpAdvertisementInfo {
+        BgpAdvertisementInfo {
+            name: "public".into(),
+            aggregation_length: 32,
+            aggregation_length_v6: 128,
+            local_pref: Some(200),
+            communities: vec![
+                CommunityValue::Standard(65000, 1),
+                CommunityValue::Large(64512, 1, 2),
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn peers() -> Vec<BgpPeerInfo> {
+        vec![BgpPeerInfo {
+            name: "tor".into(),
+            node_selectors: vec![],
+        }]
+    }
+
+    #[test]
+    fn every_eligible_node_announces_each_address_as_a_host_route_to_every_peer() {
+        for me in ["a", "b"] {
+            let plan = plan_bgp(&snapshot(me, false, &["a"]), &[adv()], &peers());
+            let prefixes: Vec<String> = plan.per_peer["tor"]
+                .iter()
+                .map(|a| a.prefix.to_string())
+                .collect();
+            assert_eq!(prefixes, ["10.99.5.7/32", "fd00:99:5::7/128"], "node {me}");
+        }
+    }
+
+    #[test]
+    fn attributes_carry_local_preference_and_both_community_kinds() {
+        let plan = plan_bgp(&snapshot("a", false, &["a"]), &[adv()], &peers());
+        let attrs = &plan.per_peer["tor"][0].attrs;
+        assert_eq!(attrs.local_pref, Some(200));
+        assert!(attrs.communities.contains(&Community(0xFDE8_0001)));
+        assert_eq!(attrs.large_communities.len(), 1);
+    }
+
+    #[test]
+    fn with_local_traffic_policy_only_nodes_with_an_endpoint_announce() {
+        let plan = plan_bgp(&snapshot("b", true, &["a"]), &[adv()], &peers());
+        assert!(plan.per_peer["tor"].is_empty());
+        assert_eq!(
+            plan.not_announced[&ServiceKey::new("default", "web")],
+            NotEligible::NoLocalEndpoint
+        );
+        let plan = plan_bgp(&snapshot("a", true, &["a"]), &[adv()], &peers());
+        assert_eq!(plan.per_peer["tor"].len(), 2);
+    }
+
+    #[test]
+    fn a_service_without_ready_endpoints_is_not_announced() {
+        let plan = plan_bgp(&snapshot("a", false, &[]), &[adv()], &peers());
+        assert!(plan.per_peer["tor"].is_empty());
+    }
+
+    #[test]
+    fn aggregation_announces_the_covering_prefix_once() {
+        let mut s = snapshot("a", false, &["a"]);
+        let mut second = s.services[0].clone();
+        second.key = ServiceKey::new("default", "api");
+        second.ingress = vec!["10.99.5.9".parse().unwrap()];
+        s.services.push(second);
+        let a = BgpAdvertisementInfo {
+            aggregation_length: 24,
+            ..adv()
+        };
+        let plan = plan_bgp(&s, &[a], &peers());
+        let v4: Vec<String> = plan.per_peer["tor"]
+            .iter()
+            .filter(|a| a.prefix.addr().is_ipv4())
+            .map(|a| a.prefix.to_string())
+            .collect();
+        assert_eq!(v4, ["10.99.5.0/24"]);
+    }
+
+    #[test]
+    fn an_advertisement_naming_other_peers_or_other_nodes_announces_nothing_here() {
+        let named = BgpAdvertisementInfo {
+            peers: vec!["spine".into()],
+            ..adv()
+        };
+        assert!(
+            plan_bgp(&snapshot("a", false, &["a"]), &[named], &peers()).per_peer["tor"].is_empty()
+        );
+        let selective = BgpAdvertisementInfo {
+            node_selectors: vec![LabelSelector {
+                match_labels: Some([("rack".to_string(), "1".to_string())].into()),
+                ..Default::default()
+            }],
+            ..adv()
+        };
+        let plan = plan_bgp(&snapshot("a", false, &["a"]), &[selective], &peers());
+        assert_eq!(
+            plan.not_announced[&ServiceKey::new("default", "web")],
+            NotEligible::NodeSelectorMismatch
+        );
+    }
+
+    #[test]
+    fn an_excluded_node_announces_nothing() {
+        let mut s = snapshot("a", false, &["a"]);
+        s.nodes.get_mut("a").unwrap().labels.insert(
+            ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB.into(),
+            "".into(),
+        );
+        let plan = plan_bgp(&s, &[adv()], &peers());
+        assert_eq!(
+            plan.not_announced[&ServiceKey::new("default", "web")],
+            NotEligible::Excluded
+        );
+    }
+}
