@@ -169,6 +169,68 @@ pub fn after_delete(st: &mut State, ctx: &Ctx, removed: &Value) {
         }
         _ => {}
     }
+    if let Some(uid) = removed.pointer("/metadata/uid").and_then(Value::as_str) {
+        collect_garbage(st, uid);
+    }
+}
+
+/// What kube-controller-manager's garbage collector does (background propagation): objects whose
+/// owners are all gone are deleted, or marked for deletion when they carry finalizers.
+fn collect_garbage(st: &mut State, first_uid: &str) {
+    let mut tables: Vec<StorageKey> = st
+        .registry
+        .all()
+        .iter()
+        .map(|d| d.storage.clone())
+        .collect();
+    tables.sort();
+    tables.dedup();
+    let mut gone = vec![first_uid.to_string()];
+    while let Some(uid) = gone.pop() {
+        let live: std::collections::HashSet<String> = tables
+            .iter()
+            .flat_map(|t| {
+                st.store.objects(t).filter_map(|(_, v)| {
+                    v.pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+            })
+            .collect();
+        let mut orphans = Vec::new();
+        for t in &tables {
+            for (k, v) in st.store.objects(t) {
+                let owners: Vec<&str> = v
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| o.get("uid").and_then(Value::as_str))
+                    .collect();
+                if owners.contains(&uid.as_str()) && owners.iter().all(|o| !live.contains(*o)) {
+                    orphans.push((t.clone(), k.clone(), v.clone()));
+                }
+            }
+        }
+        for (t, k, v) in orphans {
+            let has_finalizers = v
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| !f.is_empty());
+            if has_finalizers {
+                if v.pointer("/metadata/deletionTimestamp").is_none() {
+                    let mut marked = v.clone();
+                    marked["metadata"]["deletionTimestamp"] = json!(super::state::now_seconds());
+                    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                    st.store.put(&t, k, marked);
+                }
+            } else if let Some(removed) = st.store.remove(&t, &k)
+                && let Some(u) = removed.pointer("/metadata/uid").and_then(Value::as_str)
+            {
+                gone.push(u.to_string());
+            }
+        }
+    }
 }
 
 const EVENT_RENAMES: [(&str, &str); 6] = [

@@ -491,7 +491,9 @@ fn write_update(
     }
     if new.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&new).is_empty() {
         // The update turns into the delete; the answer keeps the previous revision.
-        st.store.remove(&ctx.res.storage, &ctx.key());
+        if let Some(removed) = st.store.remove(&ctx.res.storage, &ctx.key()) {
+            kinds::after_delete(st, ctx, &removed);
+        }
         return Ok(Reply {
             code: 200,
             body: kinds::present(&ctx.res, new),
