@@ -426,9 +426,12 @@ async fn kube_runtime_streaming_list_watcher_sees_initial_objects_then_changes()
     let mut c = support::cluster().await;
     let ns = c.namespace("stream").await;
     let api: Api<Service> = Api::namespaced(c.client(), &ns);
-    api.create(&PostParams::default(), &svc("a", json!({"v": "1"}))).await.unwrap();
+    api.create(&PostParams::default(), &svc("a", json!({"v": "1"})))
+        .await
+        .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut stream = watcher::watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut stream =
+        watcher::watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
     let task = tokio::spawn(async move {
         while let Some(e) = stream.next().await {
             if let Ok(e) = e
@@ -441,12 +444,58 @@ async fn kube_runtime_streaming_list_watcher_sees_initial_objects_then_changes()
     let (mut seen, mut buffer) = (BTreeMap::new(), BTreeMap::new());
     let mut expected = BTreeMap::from([("a".to_string(), "1".to_string())]);
     settle(&mut rx, &mut seen, &mut buffer, &expected).await;
-    api.create(&PostParams::default(), &svc("b", json!({"v": "2"}))).await.unwrap();
+    api.create(&PostParams::default(), &svc("b", json!({"v": "2"})))
+        .await
+        .unwrap();
     expected.insert("b".into(), "2".into());
     settle(&mut rx, &mut seen, &mut buffer, &expected).await;
     task.abort();
     if let Some(server) = c.server() {
-        let lists = server.request_log().iter().filter(|r| r.verb == Some(Verb::List) && r.namespace.as_deref() == Some(ns.as_str())).count();
+        let lists = server
+            .request_log()
+            .iter()
+            .filter(|r| r.verb == Some(Verb::List) && r.namespace.as_deref() == Some(ns.as_str()))
+            .count();
         assert_eq!(lists, 0, "a streaming-list watcher never lists");
     }
+}
+
+#[tokio::test]
+async fn metadata_watcher_receives_partial_object_metadata() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("meta").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    api.create(&PostParams::default(), &svc("a", json!({"v": "1"})))
+        .await
+        .unwrap();
+    let list = api.list_metadata(&Default::default()).await.unwrap();
+    assert_eq!(list.items[0].metadata.labels.as_ref().unwrap()["v"], "1");
+    let r = c
+        .raw(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services"),
+            "",
+            None,
+            &[(
+                "Accept",
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            )],
+        )
+        .await;
+    assert_eq!(r.body["kind"], "PartialObjectMetadataList");
+    assert!(r.body["items"][0].get("spec").is_none());
+    let mut stream =
+        kube::runtime::metadata_watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut names = Vec::new();
+    while let Some(Ok(e)) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("events arrive")
+    {
+        match e {
+            Event::InitApply(m) => names.push(m.metadata.name.unwrap()),
+            Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, vec!["a"]);
 }

@@ -406,7 +406,15 @@ fn resource(
             };
         }
         let rx = watch::start(&shared.state, &ctx, shared.close_watches.subscribe())?;
-        let stream = rx.map(|line| Ok::<_, Infallible>(Bytes::from(line)));
+        let meta_only = accept.contains("as=PartialObjectMetadata");
+        let stream = rx.map(move |line| {
+            let line = if meta_only {
+                metadata_only_line(&line)
+            } else {
+                line
+            };
+            Ok::<_, Infallible>(Bytes::from(line))
+        });
         return Ok(Response::builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/json")
@@ -416,6 +424,14 @@ fn resource(
     }
     let mut st = shared.state.lock().expect("state lock");
     let wants_table = accept.contains("as=Table");
+    if accept.contains("as=PartialObjectMetadata") && matches!(verb, Verb::Get | Verb::List) {
+        let body = if verb == Verb::Get {
+            metadata_only(ops::get(&st, ctx)?.body)
+        } else {
+            metadata_only_list(lists::list(&mut st, ctx)?)
+        };
+        return Ok(json_response(200, &body, &[]));
+    }
     match verb {
         Verb::Get => {
             let r = ops::get(&st, ctx)?;
@@ -468,6 +484,31 @@ fn resource(
             &[],
         )),
         Verb::Watch => unreachable!("handled above"),
+    }
+}
+
+/// An object as `PartialObjectMetadata` (what metadata-only clients ask for through `Accept`).
+fn metadata_only(obj: Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+}
+
+fn metadata_only_list(list: Value) -> Value {
+    let items: Vec<Value> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| metadata_only(i.clone()))
+        .collect();
+    json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": list["metadata"], "items": items})
+}
+
+fn metadata_only_line(line: &str) -> String {
+    match serde_json::from_str::<Value>(line) {
+        Ok(mut ev) if ev["type"] != "ERROR" => {
+            ev["object"] = metadata_only(ev["object"].take());
+            format!("{ev}\n")
+        }
+        _ => line.to_string(),
     }
 }
 
