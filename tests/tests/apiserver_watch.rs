@@ -484,8 +484,11 @@ async fn metadata_watcher_receives_partial_object_metadata() {
         .await;
     assert_eq!(r.body["kind"], "PartialObjectMetadataList");
     assert!(r.body["items"][0].get("spec").is_none());
-    let mut stream =
-        kube::runtime::metadata_watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut stream = watcher::watcher(
+        Api::<kube::core::PartialObjectMeta<Service>>::namespaced(c.client(), &ns),
+        watcher::Config::default(),
+    )
+    .boxed();
     let mut names = Vec::new();
     while let Some(Ok(e)) = tokio::time::timeout(Duration::from_secs(5), stream.next())
         .await
