@@ -4,6 +4,7 @@
 use super::frame::MacAddr;
 use crate::planner::Interfaces;
 use ipnet::IpNet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// What the choice needs to know about one host interface.
@@ -49,6 +50,26 @@ pub fn choose(ip: IpAddr, wanted: &Interfaces, host: &[InterfaceInfo]) -> Vec<St
     out.sort();
     out.dedup();
     out
+}
+
+/// Turns the planner's owned addresses into what [`crate::l2::Responder::set_owned`] takes:
+/// interface names per address. Addresses with no usable interface on this node are returned
+/// apart (they are owned but cannot be announced: report them, do not hide them).
+pub fn resolve_owned(
+    owned: &BTreeMap<IpAddr, Interfaces>,
+    host: &[InterfaceInfo],
+) -> (BTreeMap<IpAddr, Vec<String>>, Vec<IpAddr>) {
+    let mut ready = BTreeMap::new();
+    let mut stranded = Vec::new();
+    for (ip, wanted) in owned {
+        let names = choose(*ip, wanted, host);
+        if names.is_empty() {
+            stranded.push(*ip);
+        } else {
+            ready.insert(*ip, names);
+        }
+    }
+    (ready, stranded)
 }
 
 /// The host's interfaces, as pnet reads them (netlink / getifaddrs).
@@ -110,6 +131,22 @@ mod tests {
     fn an_address_outside_every_subnet_has_no_interface_by_default() {
         let ip: IpAddr = "10.99.9.9".parse().unwrap();
         assert!(choose(ip, &Interfaces::BySubnet, &host()).is_empty());
+    }
+
+    #[test]
+    fn owned_addresses_without_an_interface_are_reported_apart() {
+        let owned: BTreeMap<IpAddr, Interfaces> = [
+            ("10.99.0.100".parse().unwrap(), Interfaces::BySubnet),
+            ("10.99.9.9".parse().unwrap(), Interfaces::BySubnet),
+        ]
+        .into();
+        let (ready, stranded) = resolve_owned(&owned, &host());
+        assert_eq!(ready.len(), 1);
+        assert_eq!(
+            ready[&"10.99.0.100".parse::<IpAddr>().unwrap()],
+            vec!["eth0"]
+        );
+        assert_eq!(stranded, vec!["10.99.9.9".parse::<IpAddr>().unwrap()]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! - [`auth`]: HMAC-SHA256 framing of datagrams. Pure.
 //! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing. Pure: timers are
 //!   outputs, randomness comes from a seed.
+//! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
 //! - [`udp`]: the tokio shell: one UDP socket, timers, a watch of live nodes.
 //!
 //! Seeds come from the speaker Pods (`status.podIP`, `spec.nodeName`). When gossip cannot run
@@ -12,6 +13,7 @@
 //! (speaker Pod ready and Node ready).
 pub mod auth;
 pub mod core;
+pub mod seeds;
 pub mod udp;
 
 pub use auth::{AuthFailure, GossipKey};
