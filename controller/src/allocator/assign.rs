@@ -183,19 +183,16 @@ impl Allocator {
         if !req.requested_ips.is_empty() && !req.requested_ips.contains(&ip) {
             return Err(ChangeReason::RequestChanged { ip });
         }
-        let containing: Vec<usize> = (self.owner_order.iter().copied())
-            .filter(|&p| self.pools[p].contains(fam, n))
-            .collect();
-        let Some(&first) = containing.first() else {
+        let containing =
+            || (self.owner_order.iter().copied()).filter(move |&p| self.pools[p].contains(fam, n));
+        let Some(first) = containing().next() else {
             return Err(ChangeReason::NotInAnyPool { ip });
         };
         let requested = |p: usize| {
             (req.requested_pool.as_deref()).is_none_or(|name| name == self.pools[p].name())
         };
-        let Some(p) =
-            (containing.iter().copied()).find(|&p| requested(p) && self.pools[p].spec.admits(req))
-        else {
-            return Err(match containing.iter().copied().find(|&p| requested(p)) {
+        let Some(p) = containing().find(|&p| requested(p) && self.pools[p].spec.admits(req)) else {
+            return Err(match containing().find(|&p| requested(p)) {
                 Some(p) => ChangeReason::PoolNoLongerAdmits {
                     ip,
                     pool: self.pools[p].name().to_owned(),
@@ -434,27 +431,28 @@ impl Allocator {
         ips: &[IpAddr],
         pool: usize,
     ) -> Slot {
-        let slot = me.unwrap_or_else(|| self.new_slot(req, pool, None));
-        let rec = self.record(slot);
-        let old_key = rec.req.sharing_key.clone();
-        let dropped: Vec<IpAddr> = if old_key != req.sharing_key {
-            rec.ips.clone()
-        } else {
-            rec.ips
-                .iter()
-                .copied()
-                .filter(|ip| !ips.contains(ip))
-                .collect()
+        let slot = match me {
+            None => self.new_slot(req.clone(), pool, None),
+            Some(slot) => {
+                let rec = self.record(slot);
+                let old_key = rec.req.sharing_key.clone();
+                // Under a new sharing key every address is re-registered.
+                let dropped: Vec<IpAddr> = (rec.ips.iter().copied())
+                    .filter(|ip| old_key != req.sharing_key || !ips.contains(ip))
+                    .collect();
+                self.give_back_as(slot, old_key.as_deref(), &dropped);
+                let rec = self.records[slot as usize].as_mut().expect("slot in use");
+                rec.req = ServiceRequest {
+                    current_ips: Vec::new(),
+                    ..req.clone()
+                };
+                rec.pending = None;
+                slot
+            }
         };
-        self.give_back_as(slot, old_key.as_deref(), &dropped);
         let rec = self.records[slot as usize].as_mut().expect("slot in use");
-        rec.req = ServiceRequest {
-            current_ips: Vec::new(),
-            ..req.clone()
-        };
         rec.ips = ips.to_vec();
         rec.pool = pool;
-        rec.pending = None;
         for &ip in ips {
             let (fam, n) = numbered(ip);
             self.book.claim(fam, n, slot, req.sharing_key.as_deref());

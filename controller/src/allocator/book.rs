@@ -12,7 +12,8 @@ pub(crate) type Slot = u32;
 #[derive(Debug, Clone)]
 enum Holders {
     One(Slot),
-    Many(Vec<Slot>),
+    /// Boxed so that the common single holder costs 16 bytes.
+    Many(Box<Vec<Slot>>),
 }
 
 impl Holders {
@@ -58,13 +59,22 @@ impl AddressBook {
             }
             Some(h) => match h {
                 Holders::One(s) if *s == slot => {}
-                Holders::One(s) => *h = Holders::Many(vec![*s, slot]),
+                Holders::One(s) => *h = Holders::Many(Box::new(vec![*s, slot])),
                 Holders::Many(v) if v.contains(&slot) => {}
                 Holders::Many(v) => v.push(slot),
             },
         }
         if let Some(k) = key {
-            self.shared.entry(k.to_owned()).or_default()[f].insert(n);
+            match self.shared.get_mut(k) {
+                Some(sets) => {
+                    sets[f].insert(n);
+                }
+                None => {
+                    let mut sets: [BTreeSet<u128>; 2] = Default::default();
+                    sets[f].insert(n);
+                    self.shared.insert(k.to_owned(), sets);
+                }
+            }
         }
     }
 

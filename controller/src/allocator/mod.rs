@@ -105,14 +105,14 @@ impl Allocator {
         let mut services = services;
         services.sort_by(|x, y| x.key.cmp(&y.key));
         services.dedup_by(|x, y| x.key == y.key);
-        for req in services {
-            let current = dedup(&req.current_ips);
+        for mut req in services {
+            let current = dedup(&std::mem::take(&mut req.current_ips));
             if current.is_empty() {
                 continue;
             }
             let check = a.check_current(&req, None, &current);
             let pending = check.reason.map(|r| Box::new((current, r)));
-            let slot = a.new_slot(&req, check.pool.unwrap_or(0), pending);
+            let slot = a.new_slot(req, check.pool.unwrap_or(0), pending);
             a.take(slot, &check.kept);
         }
         a
@@ -247,17 +247,17 @@ impl Allocator {
         self.owner_order = owners;
     }
 
+    /// A record for a Service the allocator did not know (`req.current_ips` is dropped).
     fn new_slot(
         &mut self,
-        req: &ServiceRequest,
+        mut req: ServiceRequest,
         pool: usize,
         pending: Option<Box<(Vec<IpAddr>, ChangeReason)>>,
     ) -> Slot {
+        req.current_ips = Vec::new();
+        let key = req.key.clone();
         let rec = Record {
-            req: ServiceRequest {
-                current_ips: Vec::new(),
-                ..req.clone()
-            },
+            req,
             ips: Vec::new(),
             pool,
             pending,
@@ -272,7 +272,7 @@ impl Allocator {
                 (self.records.len() - 1) as Slot
             }
         };
-        self.slots.insert(req.key.clone(), slot);
+        self.slots.insert(key, slot);
         slot
     }
 
