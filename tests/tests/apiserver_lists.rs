@@ -219,3 +219,92 @@ async fn built_in_list_items_carry_no_kind_and_the_list_carries_the_snapshot_ver
         .unwrap();
     assert!(list_rv >= max_item);
 }
+
+#[tokio::test]
+async fn exact_list_and_continue_older_than_the_watch_cache_are_410() {
+    let mut c = support::cluster().await;
+    let Some(faults) = c.faults() else { return };
+    let (ns, api) = services(&mut c).await;
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    let token = first.metadata.continue_.clone().unwrap();
+    let exact = c
+        .json(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{ns}/services?resourceVersion={rv}&resourceVersionMatch=Exact"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(
+        exact.status, 200,
+        "an Exact list inside the window is served"
+    );
+    assert_eq!(exact.body["items"].as_array().unwrap().len(), 4);
+    let s: Service = serde_json::from_value(
+        json!({"metadata": {"name": "l-later"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap();
+    faults.expire_watch_cache();
+    let exact = c
+        .json(
+            "GET",
+            &format!(
+                "/api/v1/namespaces/{ns}/services?resourceVersion={rv}&resourceVersionMatch=Exact"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (exact.status, exact.body["reason"].as_str()),
+        (410, Some("Expired"))
+    );
+    let cont = c
+        .json(
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/services?limit=2&continue={token}"),
+            None,
+        )
+        .await;
+    assert_eq!(cont.status, 410);
+    assert!(
+        cont.body["metadata"]["continue"].is_string(),
+        "the 410 carries a fresh continue token"
+    );
+}
+
+#[tokio::test]
+async fn aggregated_discovery_has_an_etag_and_answers_304_when_it_matches() {
+    let c = support::cluster().await;
+    let accept =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let r = c.raw("GET", "/apis", "", None, &[("Accept", accept)]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["kind"], "APIGroupDiscoveryList");
+    let etag = r.header("etag").expect("an ETag").to_string();
+    let again = c
+        .raw(
+            "GET",
+            "/apis",
+            "",
+            None,
+            &[("Accept", accept), ("If-None-Match", &etag)],
+        )
+        .await;
+    assert_eq!(again.status, 304);
+    let beta = c
+        .raw(
+            "GET",
+            "/api",
+            "",
+            None,
+            &[(
+                "Accept",
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+            )],
+        )
+        .await;
+    assert_eq!(beta.status, 406);
+}
