@@ -3,3 +3,4 @@ pub mod bgp;
 pub mod l2;
 pub mod membership;
 pub mod planner;
+pub mod shell;

@@ -1,0 +1,158 @@
+//! The speaker's Prometheus metrics (names under `ferrolb_`).
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Per-peer labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// `BGPPeer` name.
+    pub peer: String,
+}
+
+/// Per-peer, per-NOTIFICATION labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// `BGPPeer` name.
+    pub peer: String,
+    /// `sent` or `received`.
+    pub direction: String,
+    /// The NOTIFICATION, as `code/subcode` or a named error.
+    pub code: String,
+}
+
+/// Labels of the per-address announcement gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct AnnouncedLabels {
+    /// Service namespace.
+    pub namespace: String,
+    /// Service name.
+    pub service: String,
+    /// The address.
+    pub ip: String,
+    /// `layer2` or `bgp`.
+    pub protocol: String,
+}
+
+/// Per-reason label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why.
+    pub reason: String,
+}
+
+/// Every metric the speaker exports. Counters that mirror a core's own counters are advanced
+/// by the difference since the last sync.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    /// ARP requests and Neighbor Solicitations received.
+    pub l2_requests: Counter,
+    /// ARP replies and solicited advertisements sent.
+    pub l2_responses: Counter,
+    /// Gratuitous ARP and unsolicited advertisements sent.
+    pub l2_gratuitous: Counter,
+    /// Malformed frames dropped.
+    pub l2_malformed: Counter,
+    /// Addresses this node answers for.
+    pub l2_announced: Gauge,
+    /// 1 for each address this node announces, per Service and protocol.
+    pub announced: Family<AnnouncedLabels, Gauge>,
+    /// Live members seen by gossip.
+    pub gossip_members: Gauge,
+    /// Gossip datagrams refused by authentication.
+    pub gossip_auth_failures: Counter,
+    /// 1 while the session to the peer is Established.
+    pub bgp_session_up: Family<PeerLabels, Gauge>,
+    /// UPDATE messages sent.
+    pub bgp_updates: Family<PeerLabels, Counter>,
+    /// Prefixes the peer holds from us.
+    pub bgp_announced_prefixes: Family<PeerLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    /// NOTIFICATIONs sent and received.
+    pub bgp_notifications: Family<NotificationLabels, Counter<u64, AtomicU64>>,
+    /// Configuration this node could not use, by reason.
+    pub config_errors: Family<ReasonLabels, Counter>,
+}
+
+impl Metrics {
+    /// Registers every metric (the registry should carry the `ferrolb` prefix).
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "layer2_requests_received",
+            "ARP requests and Neighbor Solicitations received",
+            self.l2_requests.clone(),
+        );
+        r.register(
+            "layer2_responses_sent",
+            "ARP replies and solicited Neighbor Advertisements sent",
+            self.l2_responses.clone(),
+        );
+        r.register(
+            "layer2_gratuitous_sent",
+            "Gratuitous ARP and unsolicited Neighbor Advertisements sent",
+            self.l2_gratuitous.clone(),
+        );
+        r.register(
+            "layer2_malformed_frames",
+            "Malformed ARP/NDP frames dropped",
+            self.l2_malformed.clone(),
+        );
+        r.register(
+            "layer2_announced_addresses",
+            "Addresses this node answers ARP/NDP for",
+            self.l2_announced.clone(),
+        );
+        r.register(
+            "service_address_announced",
+            "1 per address this node announces, by Service and protocol",
+            self.announced.clone(),
+        );
+        r.register(
+            "gossip_members",
+            "Live speakers seen by gossip",
+            self.gossip_members.clone(),
+        );
+        r.register(
+            "gossip_auth_failures",
+            "Gossip datagrams refused by authentication",
+            self.gossip_auth_failures.clone(),
+        );
+        r.register(
+            "bgp_session_up",
+            "1 while the BGP session is Established",
+            self.bgp_session_up.clone(),
+        );
+        r.register(
+            "bgp_updates",
+            "BGP UPDATE messages sent",
+            self.bgp_updates.clone(),
+        );
+        r.register(
+            "bgp_announced_prefixes_total",
+            "Prefixes the peer holds from this node (a gauge)",
+            self.bgp_announced_prefixes.clone(),
+        );
+        r.register(
+            "bgp_notifications",
+            "BGP NOTIFICATIONs sent and received",
+            self.bgp_notifications.clone(),
+        );
+        r.register(
+            "config_errors",
+            "Configuration this node could not use, by reason",
+            self.config_errors.clone(),
+        );
+    }
+}
+
+/// Advances `counter` to `value` (counters never go back; a restarted core starts from 0).
+pub fn advance(counter: &Counter, value: u64) {
+    let now = counter.get();
+    if value > now {
+        counter.inc_by(value - now);
+    }
+}

@@ -1,0 +1,365 @@
+//! From watch caches to the planners' inputs and the BGP sessions' configuration. Pure: no I/O,
+//! no clock (the caches are read by the caller).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use ferrolb_api::names;
+use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
+use ferrolb_api::validate::{community_aliases, resolve_communities};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+
+use crate::bgp::config::PeerConfig;
+use crate::planner::Snapshot;
+use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
+use crate::planner::convert::{l2_advertisement_info, node_info, pool_infos, service_info};
+
+/// Everything read from the cluster at one moment.
+#[derive(Debug, Default, Clone)]
+pub struct ClusterView {
+    /// Every Service.
+    pub services: Vec<Service>,
+    /// Every EndpointSlice.
+    pub slices: Vec<EndpointSlice>,
+    /// Every Node.
+    pub nodes: Vec<Node>,
+    /// Speaker Pods in the install namespace.
+    pub speaker_pods: Vec<Pod>,
+    /// Pools in the install namespace.
+    pub pools: Vec<IPAddressPool>,
+    /// L2 advertisements in the install namespace.
+    pub l2: Vec<L2Advertisement>,
+    /// BGP advertisements in the install namespace.
+    pub bgp: Vec<BGPAdvertisement>,
+    /// BGP peers in the install namespace.
+    pub peers: Vec<BGPPeer>,
+    /// Community aliases in the install namespace.
+    pub communities: Vec<Community>,
+    /// Secrets in the install namespace (TCP-MD5 passwords, the gossip key).
+    pub secrets: Vec<Secret>,
+}
+
+/// The nodes whose speaker Kubernetes reports as running: speaker Pod Ready on a Ready Node.
+/// This node always counts as live (it is running this code).
+pub fn live_from_kubernetes(view: &ClusterView, this_node: &str) -> BTreeSet<String> {
+    let ready_nodes: BTreeSet<String> = view
+        .nodes
+        .iter()
+        .filter(|n| {
+            condition_true(
+                n.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                "Ready",
+            )
+        })
+        .map(|n| n.name_any())
+        .collect();
+    let mut live: BTreeSet<String> = view
+        .speaker_pods
+        .iter()
+        .filter(|p| {
+            let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .filter(|n| ready_nodes.contains(n))
+        .collect();
+    live.insert(this_node.to_string());
+    live
+}
+
+fn condition_true(
+    conditions: Option<&Vec<k8s_openapi::api::core::v1::NodeCondition>>,
+    type_: &str,
+) -> bool {
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The planners' snapshot.
+pub fn snapshot(
+    view: &ClusterView,
+    this_node: &str,
+    class: &str,
+    live: BTreeSet<String>,
+) -> Snapshot {
+    Snapshot {
+        services: view
+            .services
+            .iter()
+            .filter_map(|s| service_info(s, &view.slices, class))
+            .collect(),
+        nodes: view
+            .nodes
+            .iter()
+            .map(|n| (n.name_any(), node_info(n)))
+            .collect(),
+        pools: pool_infos(&view.pools),
+        l2_advertisements: view.l2.iter().map(l2_advertisement_info).collect(),
+        live_speakers: live,
+        this_node: this_node.to_string(),
+    }
+}
+
+/// The BGP advertisements with their community aliases resolved.
+pub fn bgp_advertisements(view: &ClusterView) -> Vec<BgpAdvertisementInfo> {
+    let aliases = community_aliases(&view.communities).unwrap_or_default();
+    view.bgp
+        .iter()
+        .map(|a| BgpAdvertisementInfo {
+            name: a.name_any(),
+            pools: a.spec.ip_address_pools.clone(),
+            pool_selectors: a.spec.ip_address_pool_selectors.clone(),
+            node_selectors: a.spec.node_selectors.clone(),
+            peers: a.spec.peers.clone(),
+            aggregation_length: a.spec.aggregation_length.unwrap_or(32).clamp(0, 32) as u8,
+            aggregation_length_v6: a.spec.aggregation_length_v6.unwrap_or(128).clamp(0, 128) as u8,
+            local_pref: a.spec.local_pref,
+            communities: resolve_communities(&a.spec.communities, &aliases),
+        })
+        .collect()
+}
+
+/// The peers as the planner sees them.
+pub fn bgp_peer_infos(view: &ClusterView) -> Vec<BgpPeerInfo> {
+    view.peers
+        .iter()
+        .map(|p| BgpPeerInfo {
+            name: p.name_any(),
+            node_selectors: p.spec.node_selectors.clone(),
+        })
+        .collect()
+}
+
+/// Why a `BGPPeer` cannot be configured on this node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerConfigError {
+    /// An address field does not parse (the schema normally refuses this).
+    #[error("BGPPeer `{peer}`: {field} `{value}` is not an IP address")]
+    BadAddress {
+        /// The peer.
+        peer: String,
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// A duration field does not parse.
+    #[error("BGPPeer `{peer}`: {field} `{value}` is not a duration such as 90s")]
+    BadDuration {
+        /// The peer.
+        peer: String,
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// The password Secret or its `password` key is missing.
+    #[error(
+        "BGPPeer `{peer}`: Secret `{secret}` with key `password` not found in the install namespace"
+    )]
+    MissingSecret {
+        /// The peer.
+        peer: String,
+        /// The Secret.
+        secret: String,
+    },
+}
+
+/// The sessions this node opens: every peer whose `nodeSelectors` select this node.
+pub fn peer_configs(
+    view: &ClusterView,
+    this_node: &str,
+) -> (Vec<PeerConfig>, Vec<PeerConfigError>) {
+    let labels = view
+        .nodes
+        .iter()
+        .find(|n| n.name_any() == this_node)
+        .map(|n| n.labels().clone())
+        .unwrap_or_default();
+    let mut configs = Vec::new();
+    let mut errors = Vec::new();
+    for peer in &view.peers {
+        if !ferrolb_api::selector::any_matches(&peer.spec.node_selectors, &labels) {
+            continue;
+        }
+        match peer_config(peer, &view.secrets) {
+            Ok(c) => configs.push(c),
+            Err(e) => errors.push(e),
+        }
+    }
+    configs.sort_by(|a, b| a.id.cmp(&b.id));
+    (configs, errors)
+}
+
+fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerConfigError> {
+    let name = peer.name_any();
+    let spec = &peer.spec;
+    let addr = |field: &'static str, value: &str| -> Result<IpAddr, PeerConfigError> {
+        value.parse().map_err(|_| PeerConfigError::BadAddress {
+            peer: name.clone(),
+            field,
+            value: value.into(),
+        })
+    };
+    let dur = |field: &'static str, value: &str| -> Result<Duration, PeerConfigError> {
+        parse_duration(value).ok_or_else(|| PeerConfigError::BadDuration {
+            peer: name.clone(),
+            field,
+            value: value.into(),
+        })
+    };
+    let mut c = PeerConfig::new(
+        &name,
+        spec.my_asn,
+        spec.peer_asn,
+        addr("peerAddress", &spec.peer_address)?,
+    );
+    c.peer_port = spec.peer_port;
+    c.source_address = spec
+        .source_address
+        .as_deref()
+        .map(|s| addr("sourceAddress", s))
+        .transpose()?;
+    c.router_id = match spec
+        .router_id
+        .as_deref()
+        .map(|s| addr("routerID", s))
+        .transpose()?
+    {
+        Some(IpAddr::V4(v4)) => Some(v4),
+        Some(IpAddr::V6(_)) => {
+            return Err(PeerConfigError::BadAddress {
+                peer: name,
+                field: "routerID",
+                value: spec.router_id.clone().unwrap_or_default(),
+            });
+        }
+        None => None,
+    };
+    c.hold_time = dur("holdTime", &spec.hold_time)?;
+    c.keepalive_time = spec
+        .keepalive_time
+        .as_deref()
+        .map(|s| dur("keepaliveTime", s))
+        .transpose()?;
+    if let Some(connect) = spec.connect_time.as_deref() {
+        c.connect_retry = dur("connectTime", connect)?;
+    }
+    c.ebgp_multihop = spec.ebgp_multi_hop;
+    c.graceful_restart = spec.enable_graceful_restart;
+    c.password = match (&spec.password, &spec.password_secret) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(secret)) => Some(secret_value(secrets, &secret.name, "password").ok_or_else(
+            || PeerConfigError::MissingSecret {
+                peer: name.clone(),
+                secret: secret.name.clone(),
+            },
+        )?),
+        (None, None) => None,
+    };
+    Ok(c)
+}
+
+/// The UTF-8 value of `key` in Secret `name` (from `data`, or `stringData` if a client left it).
+pub fn secret_value(secrets: &[Secret], name: &str, key: &str) -> Option<String> {
+    let secret = secrets.iter().find(|s| s.name_any() == name)?;
+    if let Some(v) = secret.data.as_ref().and_then(|d| d.get(key)) {
+        return String::from_utf8(v.0.clone()).ok();
+    }
+    secret
+        .string_data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .cloned()
+}
+
+/// Parses Kubernetes-style durations (`90s`, `1m30s`, `500ms`, `1.5h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            return None;
+        };
+        total += n * unit;
+        rest = &rest[len..];
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+/// Is this Service one FerroLB handles (type LoadBalancer, our class or none)?
+pub fn handled(svc: &Service, class: &str) -> bool {
+    svc.spec.as_ref().is_some_and(|s| {
+        s.type_.as_deref() == Some("LoadBalancer")
+            && s.load_balancer_class.as_deref().is_none_or(|c| c == class)
+    })
+}
+
+/// The name of a per-node status object for a Service: `<service>.<namespace>.<node>`,
+/// shortened with a hash when it would pass the 253-character limit.
+pub fn status_object_name(namespace: &str, service: &str, node: &str) -> String {
+    let full = format!("{service}.{namespace}.{node}");
+    if full.len() <= 253 {
+        return full;
+    }
+    let hash = crate::l2::election::score(&full, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    format!("{}.{hash:016x}", &full[..230])
+}
+
+/// Labels that tie a status object to its Service and node.
+pub fn status_labels(namespace: &str, service: &str, node: &str) -> BTreeMap<String, String> {
+    [
+        (names::STATUS_NODE_LABEL, node),
+        (names::STATUS_SERVICE_NAME_LABEL, service),
+        (names::STATUS_SERVICE_NAMESPACE_LABEL, namespace),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_kubernetes_writes_them() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("ninety"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn status_object_names_stay_within_the_kubernetes_limit() {
+        assert_eq!(
+            status_object_name("default", "web", "node-a"),
+            "web.default.node-a"
+        );
+        let long = "n".repeat(250);
+        assert!(status_object_name("default", "web", &long).len() <= 253);
+    }
+}
