@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::builtin;
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::ops::invalid;
 use super::resources::{Builtin, StorageKey};
 use super::schema;
@@ -283,9 +283,4 @@ fn event_from_core(core: &Value) -> Value {
         out.entry(k).or_insert(Value::Null);
     }
     Value::Object(out)
-}
-
-/// Converts an API error into the generic 422 when a kind rule rejects.
-pub fn reject(ctx: &Ctx, causes: Vec<super::error::Cause>) -> ApiError {
-    invalid(ctx, "", causes)
 }

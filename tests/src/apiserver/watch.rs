@@ -27,7 +27,6 @@ use super::store::{EventType, StoredEvent};
 #[derive(Debug)]
 struct Params {
     since: Option<u64>,
-    initial: bool,
     bookmarks: bool,
     initial_end_bookmark: bool,
     timeout: Duration,
@@ -59,7 +58,6 @@ fn params(ctx: &Ctx) -> ApiResult<Params> {
     };
     Ok(Params {
         since,
-        initial,
         bookmarks,
         initial_end_bookmark: initial && bookmarks,
         timeout,
@@ -173,7 +171,6 @@ pub fn start(
         };
         (rx, start_rv)
     };
-    let _ = p.initial;
     let (mut tx, out) = mpsc::channel::<String>(256);
     tokio::spawn(async move {
         for line in first {

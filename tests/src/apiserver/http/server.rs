@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::routes::{self, ResourceRoute, Route};
+use super::routes::{self, Route};
 use crate::apiserver::discovery::{self, DiscoveryFormat};
 use crate::apiserver::error::{ApiError, ApiResult};
 use crate::apiserver::faults::{Failure, Faults, RequestRecord, Shared, Verb};
@@ -281,7 +281,7 @@ fn serve(
                 query: q.clone(),
                 manager,
             };
-            match resource(shared, &ctx, verb, &rr, headers, &body, accept) {
+            match resource(shared, &ctx, verb, headers, &body, accept) {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             }
@@ -389,12 +389,10 @@ fn resource(
     shared: &Arc<Shared>,
     ctx: &Ctx,
     verb: Verb,
-    rr: &ResourceRoute,
     headers: &HeaderMap,
     body: &[u8],
     accept: &str,
 ) -> ApiResult<Response<Body>> {
-    let _ = rr;
     if verb == Verb::Watch {
         let mut ctx = ctx.clone();
         if let Some(name) = ctx.name.take() {
