@@ -30,6 +30,17 @@ pub struct OperationLabels {
     pub operation: String,
 }
 
+/// Labels of the per-address assignment gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AssignedLabels {
+    /// Service namespace.
+    pub namespace: String,
+    /// Service name.
+    pub service: String,
+    /// The address.
+    pub ip: String,
+}
+
 /// Every metric the controller exports.
 #[derive(Clone, Default)]
 pub struct Metrics {
@@ -47,6 +58,9 @@ pub struct Metrics {
     pub status_writes: Counter,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// 1 per address assigned, by Service (joined with the speakers' announcements, it shows
+    /// an address no node announces).
+    pub assigned: Family<AssignedLabels, Gauge>,
 }
 
 impl Metrics {

@@ -39,7 +39,7 @@ use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
 use crate::convert::{
     ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
 };
-use crate::metrics::{Metrics, PoolLabels, ReasonLabels};
+use crate::metrics::{AssignedLabels, Metrics, PoolLabels, ReasonLabels};
 
 /// Read-only views of the cluster, kept current by watchers.
 #[derive(Clone)]
@@ -121,6 +121,8 @@ pub struct Controller {
     allocator: Allocator,
     pools_in: Vec<Pool>,
     memo: HashMap<ServiceKey, Memo>,
+    /// Addresses exported in `ferrolb_service_address_assigned`, per Service.
+    exported: HashMap<ServiceKey, Vec<String>>,
 }
 
 /// Result of one pass.
@@ -172,6 +174,7 @@ impl Controller {
             allocator,
             pools_in,
             memo: HashMap::new(),
+            exported: HashMap::new(),
         })
     }
 
@@ -228,12 +231,39 @@ impl Controller {
             };
             queue.extend(freed);
         }
+        for key in visits.keys() {
+            self.export_assignment(key);
+        }
         let report = self.apply(writes).await;
         if full {
             self.write_config_status(stores, &pool_objs).await;
             self.update_metrics(&pool_objs);
         }
         report
+    }
+
+    /// Keeps `ferrolb_service_address_assigned` in line with the allocator for one Service.
+    fn export_assignment(&mut self, key: &ServiceKey) {
+        let now: Vec<String> = self
+            .allocator
+            .assignment(key)
+            .map(|a| a.ips.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
+        let before = self.exported.remove(key).unwrap_or_default();
+        let labels = |ip: &String| AssignedLabels {
+            namespace: key.namespace.clone(),
+            service: key.name.clone(),
+            ip: ip.clone(),
+        };
+        for ip in before.iter().filter(|ip| !now.contains(ip)) {
+            self.metrics.assigned.remove(&labels(ip));
+        }
+        for ip in &now {
+            self.metrics.assigned.get_or_create(&labels(ip)).set(1);
+        }
+        if !now.is_empty() {
+            self.exported.insert(key.clone(), now);
+        }
     }
 
     /// A Service that stopped being ours (type or class changed) loses what we wrote on it.

@@ -35,6 +35,8 @@ pub(crate) struct AddressBook {
     /// Sharing key → addresses whose holders carry it (all holders of an address carry the
     /// same key, or it has a single holder).
     shared: HashMap<String, [BTreeSet<u128>; 2]>,
+    /// While loading a snapshot, `used` is left alone and rebuilt once at the end.
+    loading: bool,
 }
 
 impl AddressBook {
@@ -56,7 +58,9 @@ impl AddressBook {
         match self.holders[f].get_mut(&n) {
             None => {
                 self.holders[f].insert(n, Holders::One(slot));
-                self.used[f].insert(n);
+                if !self.loading {
+                    self.used[f].insert(n);
+                }
             }
             Some(h) => match h {
                 Holders::One(s) if *s == slot => {}
@@ -76,6 +80,23 @@ impl AddressBook {
                     self.shared.insert(k.to_owned(), sets);
                 }
             }
+        }
+    }
+
+    /// Starts loading a snapshot: claims skip the interval sets until [`Self::end_loading`].
+    /// Inserting addresses in Service order would split and merge intervals at random; one
+    /// sorted pass at the end is linear.
+    pub(crate) fn begin_loading(&mut self) {
+        self.loading = true;
+    }
+
+    /// Rebuilds the interval sets from the holders.
+    pub(crate) fn end_loading(&mut self) {
+        self.loading = false;
+        for f in 0..2 {
+            let mut points: Vec<u128> = self.holders[f].keys().copied().collect();
+            points.sort_unstable();
+            self.used[f] = IntervalSet::from_sorted(points);
         }
     }
 

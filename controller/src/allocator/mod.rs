@@ -105,6 +105,7 @@ impl Allocator {
         let mut services = services;
         services.sort_by(|x, y| x.key.cmp(&y.key));
         services.dedup_by(|x, y| x.key == y.key);
+        a.book.begin_loading();
         for mut req in services {
             let current = dedup(&std::mem::take(&mut req.current_ips));
             if current.is_empty() {
@@ -115,6 +116,7 @@ impl Allocator {
             let slot = a.new_slot(req, check.pool.unwrap_or(0), pending);
             a.take(slot, &check.kept);
         }
+        a.book.end_loading();
         a
     }
 

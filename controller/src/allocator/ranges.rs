@@ -22,6 +22,21 @@ impl IntervalSet {
         Self::default()
     }
 
+    /// The set of `points`, given in increasing order (duplicates allowed); linear time.
+    pub fn from_sorted(points: impl IntoIterator<Item = u128>) -> Self {
+        let mut spans: Vec<(u128, u128)> = Vec::new();
+        for p in points {
+            match spans.last_mut() {
+                Some((_, e)) if p <= *e => {}
+                Some((_, e)) if e.checked_add(1) == Some(p) => *e = p,
+                _ => spans.push((p, p)),
+            }
+        }
+        Self {
+            spans: spans.into_iter().collect(),
+        }
+    }
+
     /// Whether the set holds no point.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
@@ -146,6 +161,12 @@ mod tests {
     fn neighbouring_points_merge_into_one_interval() {
         let s = set(&[5, 7, 6, 1]);
         assert_eq!(s.spans().collect::<Vec<_>>(), vec![(1, 1), (5, 7)]);
+    }
+
+    #[test]
+    fn building_from_sorted_points_equals_inserting_them() {
+        let points = [1, 2, 2, 3, 7, 9, 10, u128::MAX - 1, u128::MAX];
+        assert_eq!(IntervalSet::from_sorted(points), set(&points));
     }
 
     #[test]
