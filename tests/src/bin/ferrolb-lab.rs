@@ -1,0 +1,253 @@
+//! `ferrolb-lab`: FerroLB's main job on one machine, in network namespaces, with the real
+//! controller and speakers (see `ferrolb_tests::lab`). Needs root.
+//!
+//! ```text
+//! ferrolb-lab [--router bird|frr] [--keep]   build, report, fail over, clean up (or keep running)
+//! ferrolb-lab --down                          remove a lab left running or crashed
+//! ferrolb-lab serve --node NAME --port P      the kube-proxy stand-in's server (run inside a node)
+//! ```
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use ferrolb_tests::lab::report::{self, Failover};
+use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind, standin};
+use ferrolb_tests::netns::{self, topology};
+
+/// The fixed prefix of the lab's namespaces, so `--down` and a rerun find a crashed lab's.
+const PREFIX: &str = "ferrolb-lab";
+/// Where the lab keeps its kubeconfig, configs, logs and pid file.
+const STATE_DIR: &str = "/run/ferrolb-lab";
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ferrolb-lab",
+    version,
+    about = "FerroLB on one machine, in network namespaces"
+)]
+struct Args {
+    /// The BGP router's daemon.
+    #[arg(long, default_value = "bird")]
+    router: RouterKind,
+    /// Leave the lab running after the report (until Ctrl-C) and print how to reach it.
+    #[arg(long)]
+    keep: bool,
+    /// Remove everything a previous run left (namespaces, processes, files) and exit.
+    #[arg(long)]
+    down: bool,
+    /// Skip the failover (the report only).
+    #[arg(long)]
+    no_failover: bool,
+    /// Directory holding ferrolb-controller and ferrolb-speaker (default: next to this binary).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// The subcommand (internal).
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Answer every TCP connection on PORT with NODE (the stand-in "pod"; run inside a node).
+    Serve {
+        /// The node name to answer with.
+        #[arg(long)]
+        node: String,
+        /// The port.
+        #[arg(long, default_value_t = standin::SERVICE_PORT)]
+        port: u16,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Cmd::Serve { node, port }) = &args.command {
+        return standin::serve(node, *port).with_context(|| format!("serving on port {port}"));
+    }
+    netns::require_root()?;
+    if args.down {
+        down();
+        return Ok(());
+    }
+    let removed = down_quietly();
+    if !removed.is_empty() {
+        println!("removed a previous lab: {}", removed.join(" "));
+    }
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("no directory for this binary")?
+            .to_path_buf(),
+    };
+    let controller = bin_dir.join("ferrolb-controller");
+    let speaker = bin_dir.join("ferrolb-speaker");
+    for b in [&controller, &speaker] {
+        if !b.is_file() {
+            bail!(
+                "{} not found: build the workspace first (cargo build --workspace --bins) or pass --bin-dir",
+                b.display()
+            );
+        }
+    }
+    let binaries = Binaries {
+        controller,
+        speaker: Some(speaker),
+        lab: std::env::current_exe()?,
+    };
+    let dir = PathBuf::from(STATE_DIR);
+    let config = LabConfig::new(PREFIX, args.router, binaries, dir.clone());
+    std::fs::create_dir_all(&dir).ok();
+
+    // Ctrl-C (and SIGTERM from --down) while building or reporting: clean up, then exit.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    install_signal_cleanup(interrupted.clone())?;
+
+    let started = Instant::now();
+    println!(
+        "building the lab: 3 nodes, a client, a {} router, a client behind it (namespaces {PREFIX}-*)",
+        args.router
+    );
+    let mut lab = Lab::start(config)?;
+    std::fs::write(dir.join("lab.pid"), std::process::id().to_string()).ok();
+    let result = run(&mut lab, &args, started);
+    if let Err(e) = &result {
+        eprintln!("error: {e:#}");
+        eprintln!("logs are in {}", lab.dir().display());
+        lab.keep_dir();
+        return result;
+    }
+    if args.keep {
+        lab.keep_dir();
+        print_hints(&lab);
+        while !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        println!("stopping the lab");
+    }
+    drop(lab);
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        let _ = std::fs::remove_file(dir.join("lab.pid"));
+    }
+    Ok(())
+}
+
+fn run(lab: &mut Lab, args: &Args, started: Instant) -> anyhow::Result<()> {
+    let services = lab
+        .wait_for_addresses(Duration::from_secs(30))
+        .context("the controller gave no address to every Service (see controller.log)")?;
+    let l2: Vec<_> = services
+        .iter()
+        .filter(|s| s.pool == "lab-l2")
+        .flat_map(|s| s.ingress.iter().map(|(ip, _)| *ip))
+        .collect();
+    lab.wait_for_l2_owners(&l2, Duration::from_secs(30))
+        .context(
+            "the speakers did not elect an owner for every layer-2 address (see speaker-*.log)",
+        )?;
+    let router = lab.router.kind();
+    lab.wait(
+        Duration::from_secs(30),
+        "a BGP session from every node",
+        || (lab.router.established() == topology::NODE_NAMES.len()).then_some(()),
+    )
+    .with_context(|| format!("the {router} router did not establish BGP with every node"))?;
+    // Give the router a moment to receive the UPDATEs after Established.
+    std::thread::sleep(Duration::from_millis(500));
+    println!("ready after {:.1} s\n", started.elapsed().as_secs_f64());
+    print!("{}", report::render(lab, &services)?);
+    if !args.no_failover {
+        println!();
+        let f: Failover = report::failover(lab, "web", Duration::from_secs(30))?;
+        print!("{}", report::render_failover(&f));
+        lab.start_speaker(topology::Topology::node_index(&f.old_owner).unwrap_or(0))?;
+        println!("({}'s speaker restarted)", f.old_owner);
+    }
+    Ok(())
+}
+
+fn print_hints(lab: &Lab) {
+    let sw = lab.topo.switch.name();
+    println!(
+        "\nThe lab keeps running; Ctrl-C (or `ferrolb-lab --down` from another shell) removes it.\n\
+         The API server listens on 10.99.0.254:6443 inside the switch namespace:\n  \
+         ip netns exec {sw} kubectl --kubeconfig {kc} get svc,ipaddresspools,servicel2statuses -A\n\
+         A shell on a host:\n  \
+         ip netns exec {p}-client bash      (on the segment: curl 10.99.0.100, arping -I eth0 10.99.0.100)\n  \
+         ip netns exec {p}-remote bash      (behind the router)\n  \
+         ip netns exec {p}-node-a bash      (node-b, node-c likewise)\n\
+         Router: {routes}\n\
+         Logs: {dir}",
+        kc = lab.kubeconfig().display(),
+        p = PREFIX,
+        routes = lab.router.show_routes_command(),
+        dir = lab.dir().display(),
+    );
+}
+
+/// Stops a lab left running (its pid file) and removes every namespace of the prefix.
+fn down() {
+    let removed = down_quietly();
+    if removed.is_empty() {
+        println!("no lab found");
+    } else {
+        println!("removed: {}", removed.join(" "));
+    }
+    let _ = std::fs::remove_dir_all(STATE_DIR);
+}
+
+fn down_quietly() -> Vec<String> {
+    let pidfile = PathBuf::from(STATE_DIR).join("lab.pid");
+    if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+        let pid = pid.trim();
+        if pid != std::process::id().to_string() && is_lab_process(pid) {
+            let _ = netns::run(&["kill", "-TERM", pid]);
+            for _ in 0..50 {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let _ = std::fs::remove_file(&pidfile);
+    }
+    topology::remove(PREFIX)
+}
+
+fn is_lab_process(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "ferrolb-lab")
+}
+
+/// On SIGINT or SIGTERM: with `--keep` waiting, let `main` stop the lab; otherwise clean up the
+/// namespaces right here and exit (the main thread may be blocked in a wait).
+fn install_signal_cleanup(
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::spawn(move || {
+        rt.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .expect("SIGINT handler");
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        });
+        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        // A second signal or a run that is not waiting in --keep: give main 3 s, then clean up.
+        std::thread::sleep(Duration::from_secs(3));
+        eprintln!("interrupted: removing the lab");
+        topology::remove(PREFIX);
+        std::process::exit(130);
+    });
+    Ok(())
+}

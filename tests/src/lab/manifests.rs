@@ -1,0 +1,94 @@
+//! Loads manifest files (multi-document YAML of any kind the API server serves) into the API
+//! server, the way `kubectl create` followed by a status write would. Talks HTTP to the server.
+
+use std::path::{Path, PathBuf};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, Scope};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::LabError;
+
+/// The `*.yaml` files of `dir`, sorted by name (so `00-…` loads before `10-…`).
+pub fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, LabError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| LabError::Io {
+            context: format!("reading {}", dir.display()),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The documents of one YAML file, as JSON values; empty documents are skipped.
+pub fn documents(path: &Path) -> Result<Vec<Value>, LabError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LabError::Io {
+        context: format!("reading {}", path.display()),
+        source,
+    })?;
+    let mut docs = Vec::new();
+    for de in serde_norway::Deserializer::from_str(&text) {
+        let v = Value::deserialize(de).map_err(|e| LabError::Manifest {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
+
+fn gvk_of(doc: &Value) -> Option<GroupVersionKind> {
+    let api_version = doc.get("apiVersion")?.as_str()?;
+    let kind = doc.get("kind")?.as_str()?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    Some(GroupVersionKind::gvk(group, version, kind))
+}
+
+/// Creates every object of `files` (an object that already exists is left alone), then writes
+/// its `status` when the document has one (Nodes' conditions, Pods' `podIP`), as the kubelet
+/// would. Returns how many objects were created.
+pub async fn apply(client: &kube::Client, files: &[PathBuf]) -> Result<usize, LabError> {
+    let mut created = 0;
+    for file in files {
+        for doc in documents(file)? {
+            let bad = |message: String| LabError::Manifest {
+                path: file.clone(),
+                message,
+            };
+            let gvk =
+                gvk_of(&doc).ok_or_else(|| bad("a document lacks apiVersion or kind".into()))?;
+            let (ar, caps) = discovery::pinned_kind(client, &gvk)
+                .await
+                .map_err(|e| bad(format!("{}: {e}", gvk.kind)))?;
+            let obj: DynamicObject =
+                serde_json::from_value(doc.clone()).map_err(|e| bad(e.to_string()))?;
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let api: Api<DynamicObject> = match caps.scope {
+                Scope::Cluster => Api::all_with(client.clone(), &ar),
+                Scope::Namespaced => {
+                    let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
+                    Api::namespaced_with(client.clone(), ns, &ar)
+                }
+            };
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => created += 1,
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(bad(format!("creating {} {name}: {e}", gvk.kind))),
+            }
+            if let Some(status) = doc.get("status") {
+                let patch = serde_json::json!({ "status": status });
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| bad(format!("writing the status of {} {name}: {e}", gvk.kind)))?;
+            }
+        }
+    }
+    Ok(created)
+}

@@ -1,0 +1,622 @@
+//! The lab: FerroLB's whole job on one machine. Network namespaces ([`crate::netns::Topology`]),
+//! the test API server loaded with the CRDs and `examples/lab/*.yaml`, the real
+//! `ferrolb-controller`, one real `ferrolb-speaker` per node, a BGP router, a kube-proxy stand-in,
+//! and the checks a user makes (who answers, what the router learned, failover). Shared by the
+//! `ferrolb-lab` binary and the `e2e_*` tests so both run the same code.
+//!
+//! ```text
+//!   this process (threads of the runtime live in the switch namespace)
+//!     ├─ ApiServer on 10.99.0.254:6443 ◄── kubeconfig ── controller (switch ns), speakers (node ns)
+//!     ├─ kube-proxy stand-in task: Service status ──► `lb0` addresses on the nodes
+//!     └─ checks: `ask` threads enter the client namespaces and open TCP connections
+//!   node ns: ferrolb-speaker, `ferrolb-lab serve` (answers with the node name)
+//!   router ns: bird or zebra+bgpd
+//! ```
+//!
+//! The API server runs in-process, listening inside the switch namespace on the bridge address
+//! 10.99.0.254: every node reaches it over the segment, nothing is added to the root namespace,
+//! and parallel labs (tests) do not collide.
+
+pub mod manifests;
+pub mod report;
+pub mod router;
+pub mod standin;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrolb_api::v1beta1::{ServiceBGPStatus, ServiceL2Status};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams};
+use tokio::runtime::Runtime;
+
+use crate::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
+use crate::netns::topology::{API_V4, NODE_NAMES, node_v4};
+use crate::netns::{self, NetnsError, Process, Topology};
+pub use router::{Router, RouterKind};
+pub use standin::{NoAnswer, SERVICE_PORT, Watched};
+
+/// The install namespace used by the lab's manifests.
+pub const INSTALL_NS: &str = "ferrolb-system";
+/// The API server's port on 10.99.0.254.
+pub const API_PORT: u16 = 6443;
+
+/// Errors of the lab.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A namespace, command or prerequisite problem.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// The API server did not start.
+    #[error("the API server did not start: {0}")]
+    ApiServer(String),
+    /// A manifest could not be loaded.
+    #[error("{path}: {message}")]
+    Manifest {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A request to the API server failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// Something did not happen in time.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        after: Duration,
+    },
+    /// A file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result of the lab.
+pub type Result<T, E = LabError> = std::result::Result<T, E>;
+
+/// The binaries the lab runs.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `ferrolb-controller`.
+    pub controller: PathBuf,
+    /// `ferrolb-speaker`; `None` runs the lab without speakers (topology checks only).
+    pub speaker: Option<PathBuf>,
+    /// A binary whose `serve --node NAME --port P` runs [`standin::serve`] (`ferrolb-lab`).
+    pub lab: PathBuf,
+}
+
+/// How to build a lab.
+#[derive(Debug, Clone)]
+pub struct LabConfig {
+    /// Prefix of every namespace name.
+    pub prefix: String,
+    /// The router's daemon.
+    pub router: RouterKind,
+    /// The binaries.
+    pub binaries: Binaries,
+    /// Where configs, logs and the kubeconfig go (created; removed on drop unless kept).
+    pub dir: PathBuf,
+    /// The manifests directory (`examples/lab`).
+    pub manifests: PathBuf,
+    /// The CRD directory (`charts/ferrolb/crds`).
+    pub crds: PathBuf,
+    /// Extra speaker arguments.
+    pub speaker_args: Vec<String>,
+}
+
+impl LabConfig {
+    /// The defaults of this source tree: manifests and CRDs found from the crate's directory.
+    pub fn new(prefix: &str, router: RouterKind, binaries: Binaries, dir: PathBuf) -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        Self {
+            prefix: prefix.into(),
+            router,
+            binaries,
+            dir,
+            manifests: root.join("examples/lab"),
+            crds: root.join("charts/ferrolb/crds"),
+            speaker_args: Vec::new(),
+        }
+    }
+}
+
+/// The tools the lab needs, with their Debian packages.
+pub fn required_tools(router: RouterKind) -> Vec<(&'static str, &'static str)> {
+    let mut t = vec![
+        ("ip", "iproute2"),
+        ("sysctl", "procps"),
+        ("arping", "iputils-arping"),
+        ("ndisc6", "ndisc6"),
+    ];
+    t.extend_from_slice(router.tools());
+    t
+}
+
+/// One Service as the report shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceView {
+    /// `metadata.name` (all lab Services are in `default`).
+    pub name: String,
+    /// `status.loadBalancer.ingress[]` as (ip, ipMode).
+    pub ingress: Vec<(IpAddr, String)>,
+    /// `externalTrafficPolicy: Local`.
+    pub local: bool,
+    /// The pool annotation.
+    pub pool: String,
+}
+
+/// A running lab. Dropping it stops every process and removes every namespace.
+pub struct Lab {
+    speakers: Vec<Option<Process>>,
+    controller: Option<Process>,
+    standins: Vec<Process>,
+    /// The router daemons.
+    pub router: Router,
+    api: Option<ApiServerHandle>,
+    rt: Runtime,
+    /// The namespaces.
+    pub topo: Arc<Topology>,
+    config: LabConfig,
+    kubeconfig: PathBuf,
+    keep_dir: bool,
+}
+
+impl Lab {
+    /// Checks root and tools, builds the topology, starts the router, the API server (loaded with
+    /// the CRDs and manifests), the kube-proxy stand-in and the controller, and the speakers when
+    /// a speaker binary is given. Returns once everything is started, not once it converged.
+    pub fn start(config: LabConfig) -> Result<Self> {
+        netns::require_root()?;
+        netns::require_tools(&required_tools(config.router))?;
+        let _ = std::fs::remove_dir_all(&config.dir);
+        std::fs::create_dir_all(&config.dir).map_err(|source| LabError::Io {
+            context: format!("creating {}", config.dir.display()),
+            source,
+        })?;
+        let topo = Arc::new(Topology::create(&config.prefix)?);
+        let router = Router::start(config.router, &topo.router, &config.dir)?;
+        let rt = netns::runtime_in(topo.switch.name())?;
+        let crds = config.crds.clone();
+        let api = rt
+            .block_on(rt.spawn(async move {
+                ApiServer::start(ApiServerConfig {
+                    listen: SocketAddr::new(API_V4.into(), API_PORT),
+                    ..ApiServerConfig::default().with_crd_dir(crds)
+                })
+                .await
+            }))
+            .map_err(|e| LabError::ApiServer(e.to_string()))?
+            .map_err(|e| LabError::ApiServer(e.to_string()))?;
+        let kubeconfig = config.dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig)
+            .map_err(|source| LabError::Io {
+                context: "writing the kubeconfig".into(),
+                source,
+            })?;
+        let mut lab = Self {
+            speakers: NODE_NAMES.iter().map(|_| None).collect(),
+            controller: None,
+            standins: Vec::new(),
+            router,
+            api: Some(api),
+            rt,
+            topo,
+            kubeconfig,
+            keep_dir: false,
+            config,
+        };
+        let files = manifests::yaml_files(&lab.config.manifests)?;
+        let client = lab.client();
+        lab.block(async move { manifests::apply(&client, &files).await })?;
+        lab.start_standins()?;
+        lab.start_controller()?;
+        if lab.config.binaries.speaker.is_some() {
+            for i in 0..NODE_NAMES.len() {
+                lab.start_speaker(i)?;
+            }
+        }
+        Ok(lab)
+    }
+
+    /// Runs a future on the lab's runtime (inside the switch namespace) and waits for it.
+    pub fn block<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        match self.rt.block_on(self.rt.spawn(fut)) {
+            Ok(v) => v,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("lab task cancelled: {e}"),
+        }
+    }
+
+    /// A client of the API server. Use it inside [`Lab::block`]: its connections must be opened
+    /// from the switch namespace.
+    pub fn client(&self) -> kube::Client {
+        let api = self.api.as_ref().expect("API server running");
+        let _guard = self.rt.enter();
+        api.client()
+    }
+
+    /// The kubeconfig file the binaries use.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The directory of configs and logs.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// Leaves the directory (logs, kubeconfig) in place when the lab is dropped.
+    pub fn keep_dir(&mut self) {
+        self.keep_dir = true;
+    }
+
+    fn start_standins(&mut self) -> Result<()> {
+        for (i, name) in NODE_NAMES.iter().enumerate() {
+            let log = self.config.dir.join(format!("serve-{name}.log"));
+            let p = self.topo.node(i).spawn(
+                &[
+                    self.config.binaries.lab.as_os_str(),
+                    "serve".as_ref(),
+                    "--node".as_ref(),
+                    name.as_ref(),
+                    "--port".as_ref(),
+                    SERVICE_PORT.to_string().as_ref(),
+                ],
+                &log,
+            )?;
+            self.standins.push(p);
+        }
+        let client = self.client();
+        let topo = self.topo.clone();
+        self.rt.spawn(proxy_stand_in(client, topo));
+        Ok(())
+    }
+
+    /// Starts (or restarts) the controller in the switch namespace.
+    pub fn start_controller(&mut self) -> Result<()> {
+        if let Some(mut old) = self.controller.take() {
+            old.kill();
+        }
+        let log = self.config.dir.join("controller.log");
+        let kc = self.kubeconfig.display().to_string();
+        let bin = self.config.binaries.controller.display().to_string();
+        let p = self.topo.switch.spawn(
+            &[
+                bin.as_str(),
+                "--kubeconfig",
+                &kc,
+                "--namespace",
+                INSTALL_NS,
+                "--metrics-addr",
+                "127.0.0.1:7472",
+                "--identity",
+                "lab-controller",
+                "--lease-duration",
+                "3s",
+                "--renew-deadline",
+                "2s",
+                "--retry-period",
+                "500ms",
+            ],
+            &log,
+        )?;
+        self.controller = Some(p);
+        Ok(())
+    }
+
+    /// Kills the controller with SIGKILL.
+    pub fn kill_controller(&mut self) {
+        if let Some(mut p) = self.controller.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts node `i`'s speaker (a fresh process, its log appended with a marker).
+    pub fn start_speaker(&mut self, i: usize) -> Result<()> {
+        let Some(bin) = self.config.binaries.speaker.clone() else {
+            return Ok(());
+        };
+        let name = NODE_NAMES[i];
+        let log = self.config.dir.join(format!("speaker-{name}.log"));
+        let kc = self.kubeconfig.display().to_string();
+        let mut args: Vec<String> = vec![
+            bin.display().to_string(),
+            "--kubeconfig".into(),
+            kc,
+            "--node-name".into(),
+            name.into(),
+            "--namespace".into(),
+            INSTALL_NS.into(),
+            "--metrics-addr".into(),
+            format!("{}:7473", node_v4(i)),
+            "--enable-l2".into(),
+            "--enable-bgp".into(),
+        ];
+        args.extend(self.config.speaker_args.iter().cloned());
+        let p = self.topo.node(i).spawn(&args, &log)?;
+        self.speakers[i] = Some(p);
+        Ok(())
+    }
+
+    /// Kills node `i`'s speaker with SIGKILL, as a crash would.
+    pub fn kill_speaker(&mut self, i: usize) {
+        if let Some(p) = self.speakers[i].as_mut() {
+            p.kill();
+        }
+    }
+
+    /// Whether speakers run in this lab.
+    pub fn has_speakers(&self) -> bool {
+        self.config.binaries.speaker.is_some()
+    }
+
+    /// The lab's Services, sorted by name.
+    pub fn services(&self) -> Result<Vec<ServiceView>> {
+        let client = self.client();
+        self.block(async move {
+            let list = Api::<Service>::namespaced(client, "default")
+                .list(&ListParams::default())
+                .await?;
+            let mut out: Vec<ServiceView> = list.items.iter().filter_map(service_view).collect();
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(out)
+        })
+    }
+
+    /// Waits until every LoadBalancer Service has an address; returns them.
+    pub fn wait_for_addresses(&self, limit: Duration) -> Result<Vec<ServiceView>> {
+        self.wait(limit, "an address on every Service", || {
+            let s = self.services().ok()?;
+            (!s.is_empty() && s.iter().all(|v| !v.ingress.is_empty())).then_some(s)
+        })
+    }
+
+    /// The layer-2 owner of each announced address, from the speakers' `ServiceL2Status`
+    /// objects.
+    pub fn l2_owners(&self) -> Result<BTreeMap<IpAddr, Vec<String>>> {
+        let client = self.client();
+        self.block(async move {
+            let list = Api::<ServiceL2Status>::namespaced(client, INSTALL_NS)
+                .list(&ListParams::default())
+                .await?;
+            let mut owners: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
+            for st in list.items {
+                let Some(s) = st.status else { continue };
+                for a in &s.addresses {
+                    if let Ok(ip) = a.parse() {
+                        owners.entry(ip).or_default().push(s.node.clone());
+                    }
+                }
+            }
+            for v in owners.values_mut() {
+                v.sort();
+                v.dedup();
+            }
+            Ok(owners)
+        })
+    }
+
+    /// `(service, node, peers)` from the speakers' `ServiceBGPStatus` objects.
+    pub fn bgp_announcers(&self) -> Result<Vec<(String, String, Vec<String>)>> {
+        let client = self.client();
+        self.block(async move {
+            let list = Api::<ServiceBGPStatus>::namespaced(client, INSTALL_NS)
+                .list(&ListParams::default())
+                .await?;
+            let mut out: Vec<_> = list
+                .items
+                .into_iter()
+                .filter_map(|st| st.status)
+                .map(|s| (s.service_name, s.node, s.peers))
+                .collect();
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    /// Waits until each L2 address of `services` has exactly one owner; returns the owners.
+    pub fn wait_for_l2_owners(
+        &self,
+        addrs: &[IpAddr],
+        limit: Duration,
+    ) -> Result<BTreeMap<IpAddr, String>> {
+        self.wait(limit, "one layer-2 owner per address", || {
+            let owners = self.l2_owners().ok()?;
+            addrs
+                .iter()
+                .map(|ip| match owners.get(ip).map(Vec::as_slice) {
+                    Some([one]) => Some((*ip, one.clone())),
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
+    /// Waits until the router's kernel routes `prefix` (e.g. `10.99.2.0/32`) to exactly the
+    /// next hops of `nodes`.
+    pub fn wait_for_route(&self, ip: IpAddr, nodes: &[usize], limit: Duration) -> Result<()> {
+        let prefix = host_prefix(ip);
+        let mut want: Vec<IpAddr> = nodes.iter().map(|i| IpAddr::from(node_v4(*i))).collect();
+        want.sort();
+        self.wait(
+            limit,
+            &format!("the router to route {prefix} to {want:?}"),
+            || {
+                self.router
+                    .kernel_routes()
+                    .iter()
+                    .any(|r| r.prefix == prefix && r.next_hops == want)
+                    .then_some(())
+            },
+        )
+    }
+
+    /// Opens a TCP connection to `ip` port 80 from the client on the segment and returns the
+    /// name of the node that answered.
+    pub fn ask_from_client(&self, ip: IpAddr) -> Result<String, NoAnswer> {
+        standin::ask(
+            self.topo.client.name(),
+            SocketAddr::new(ip, SERVICE_PORT),
+            Duration::from_secs(2),
+        )
+    }
+
+    /// The same from the client behind the router.
+    pub fn ask_from_remote(&self, ip: IpAddr) -> Result<String, NoAnswer> {
+        standin::ask(
+            self.topo.remote.name(),
+            SocketAddr::new(ip, SERVICE_PORT),
+            Duration::from_secs(2),
+        )
+    }
+
+    /// Polls `what` every 100 ms until it returns `Some` or `limit` passes.
+    pub fn wait<T>(
+        &self,
+        limit: Duration,
+        what: &str,
+        mut what_fn: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = what_fn() {
+                return Ok(v);
+            }
+            if start.elapsed() > limit {
+                return Err(LabError::Timeout {
+                    what: what.into(),
+                    after: limit,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The last lines of a process log in the lab directory (for failure messages).
+    pub fn log_tail(&self, file: &str, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.config.dir.join(file)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for p in self.speakers.iter_mut().flatten() {
+            p.kill();
+        }
+        self.kill_controller();
+        self.standins.clear();
+        self.api.take();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.config.dir);
+        }
+    }
+}
+
+/// `10.99.2.0/32` or `fd00:99:2::/128`.
+pub fn host_prefix(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(_) => format!("{ip}/32"),
+        IpAddr::V6(_) => format!("{ip}/128"),
+    }
+}
+
+fn service_view(s: &Service) -> Option<ServiceView> {
+    let spec = s.spec.as_ref()?;
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return None;
+    }
+    let ingress = s
+        .status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| {
+            Some((
+                i.ip.as_ref()?.parse().ok()?,
+                i.ip_mode.clone().unwrap_or_else(|| "-".into()),
+            ))
+        })
+        .collect();
+    Some(ServiceView {
+        name: s.metadata.name.clone()?,
+        ingress,
+        local: spec.external_traffic_policy.as_deref() == Some("Local"),
+        pool: s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ferrolb_api::names::ADDRESS_POOL))
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+/// The kube-proxy stand-in: every 300 ms, puts on each node's `lb0` the addresses of the
+/// Services that node accepts traffic for: all of them for `externalTrafficPolicy: Cluster`,
+/// and for `Local` only on nodes with a ready endpoint (elsewhere kube-proxy drops the traffic).
+async fn proxy_stand_in(client: kube::Client, topo: Arc<Topology>) {
+    let services = Api::<Service>::namespaced(client.clone(), "default");
+    let slices = Api::<EndpointSlice>::namespaced(client, "default");
+    loop {
+        if let (Ok(svcs), Ok(slices)) = (
+            services.list(&ListParams::default()).await,
+            slices.list(&ListParams::default()).await,
+        ) {
+            let mut per_node: Vec<Vec<IpAddr>> = vec![Vec::new(); NODE_NAMES.len()];
+            for s in &svcs.items {
+                let Some(view) = service_view(s) else {
+                    continue;
+                };
+                let with_endpoint = |node: &str| {
+                    slices.items.iter().any(|sl| {
+                        sl.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("kubernetes.io/service-name"))
+                            == Some(&view.name)
+                            && sl.endpoints.iter().any(|e| {
+                                e.node_name.as_deref() == Some(node)
+                                    && e.conditions.as_ref().and_then(|c| c.ready) != Some(false)
+                            })
+                    })
+                };
+                for (i, node) in NODE_NAMES.iter().enumerate() {
+                    if !view.local || with_endpoint(node) {
+                        per_node[i].extend(view.ingress.iter().map(|(ip, _)| *ip));
+                    }
+                }
+            }
+            let topo = topo.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                for (i, addrs) in per_node.iter().enumerate() {
+                    let _ = topo.set_service_addresses(i, addrs);
+                }
+            })
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

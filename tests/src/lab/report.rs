@@ -1,0 +1,182 @@
+//! The lab's printed report (Services, owners, routes, who answers each client) and the failover
+//! measurement. Drives a running [`Lab`]; returns text and figures, prints nothing itself.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::standin::{self, SERVICE_PORT};
+use super::{Lab, Result, ServiceView};
+use crate::netns::topology::{NODE_NAMES, Topology};
+
+/// What a failover measurement saw.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    /// The Service.
+    pub service: String,
+    /// Its address.
+    pub address: IpAddr,
+    /// The owner whose speaker was killed.
+    pub old_owner: String,
+    /// The node that answered afterwards.
+    pub new_owner: String,
+    /// From the SIGKILL to the first answer from the new owner, as the client saw it.
+    pub elapsed: Duration,
+    /// Requests made while waiting, and how many got no answer.
+    pub attempts: usize,
+    /// Requests that got no answer.
+    pub failures: usize,
+}
+
+/// How often the failover probe asks.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Kills the speaker of the layer-2 owner of `service`'s first address and measures how long
+/// the client on the segment goes on being answered by the old owner (whose node still holds
+/// the address, as a node whose speaker crashed does) until the new owner answers.
+pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failover> {
+    let view = find(lab, service)?;
+    let (address, _) = view.ingress[0];
+    let owners = lab.wait_for_l2_owners(&[address], Duration::from_secs(20))?;
+    let old_owner = owners[&address].clone();
+    // The client's kernel must have learned the owner's MAC first.
+    let old = old_owner.clone();
+    lab.wait(
+        Duration::from_secs(10),
+        "the client to be answered by the owner",
+        || (lab.ask_from_client(address).ok()? == old).then_some(()),
+    )?;
+    let index = Topology::node_index(&old_owner).expect("owner is a lab node");
+    lab.kill_speaker(index);
+    let old = old_owner.clone();
+    let watched = standin::ask_until(
+        lab.topo.client.name(),
+        SocketAddr::new(address, SERVICE_PORT),
+        PROBE_INTERVAL,
+        limit,
+        move |answer| answer != old,
+    )
+    .ok_or_else(|| super::LabError::Timeout {
+        what: format!("a node other than {old_owner} to answer for {address}"),
+        after: limit,
+    })?;
+    Ok(Failover {
+        service: service.into(),
+        address,
+        old_owner,
+        new_owner: watched.answer,
+        elapsed: watched.elapsed,
+        attempts: watched.attempts,
+        failures: watched.failures,
+    })
+}
+
+fn find(lab: &Lab, service: &str) -> Result<ServiceView> {
+    lab.wait_for_addresses(Duration::from_secs(20))?
+        .into_iter()
+        .find(|s| s.name == service)
+        .ok_or_else(|| super::LabError::Timeout {
+            what: format!("Service {service}"),
+            after: Duration::ZERO,
+        })
+}
+
+/// The report of the lab's state: Services, owners and announcers, the router's routes, and a
+/// request from each client to each address.
+pub fn render(lab: &Lab, services: &[ServiceView]) -> Result<String> {
+    let mut out = String::new();
+    let owners = lab.l2_owners()?;
+    let bgp = lab.bgp_announcers()?;
+    let _ = writeln!(out, "== Services (namespace default)");
+    let _ = writeln!(
+        out,
+        "{:<10} {:<8} {:<8} {:<14} {:<6} {}",
+        "NAME", "POOL", "POLICY", "ADDRESS", "MODE", "ANNOUNCED BY"
+    );
+    for s in services {
+        for (ip, mode) in &s.ingress {
+            let l2 = owners
+                .get(ip)
+                .map(|o| format!("L2 owner {}", o.join(",")))
+                .unwrap_or_default();
+            let mut by_bgp: Vec<&str> = bgp
+                .iter()
+                .filter(|(svc, _, peers)| *svc == s.name && !peers.is_empty())
+                .map(|(_, node, _)| node.as_str())
+                .collect();
+            by_bgp.sort();
+            let how = match (l2.is_empty(), by_bgp.is_empty()) {
+                (false, _) => l2,
+                (true, false) => format!("BGP from {}", by_bgp.join(",")),
+                (true, true) => "nobody yet".into(),
+            };
+            let _ = writeln!(
+                out,
+                "{:<10} {:<8} {:<8} {:<14} {:<6} {}",
+                s.name,
+                s.pool,
+                if s.local { "Local" } else { "Cluster" },
+                ip,
+                mode,
+                how
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n== Routes the router learned ({}: {})",
+        lab.router.kind(),
+        lab.router.show_routes_command()
+    );
+    let _ = writeln!(out, "{}", lab.router.show_routes());
+    let _ = writeln!(out, "\n== Kernel routes the router forwards with");
+    for r in lab.router.kernel_routes() {
+        let hops: Vec<String> = r.next_hops.iter().map(|h| node_label(*h)).collect();
+        let _ = writeln!(out, "{:<18} via {}", r.prefix, hops.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "\n== TCP requests to port {SERVICE_PORT}: who answered"
+    );
+    for s in services {
+        for (ip, _) in &s.ingress {
+            let near = lab
+                .ask_from_client(*ip)
+                .unwrap_or_else(|e| format!("no answer ({e})"));
+            let far = lab
+                .ask_from_remote(*ip)
+                .unwrap_or_else(|e| format!("no answer ({e})"));
+            let _ = writeln!(
+                out,
+                "{:<10} {:<14} client (segment): {:<8} remote (via router): {}",
+                s.name, ip, near, far
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// `node-b (10.99.0.12)` for a node address, the address alone otherwise.
+pub fn node_label(ip: IpAddr) -> String {
+    (0..NODE_NAMES.len())
+        .find(|i| IpAddr::from(crate::netns::topology::node_v4(*i)) == ip)
+        .map(|i| format!("{} ({ip})", NODE_NAMES[i]))
+        .unwrap_or_else(|| ip.to_string())
+}
+
+/// The failover section of the report.
+pub fn render_failover(f: &Failover) -> String {
+    format!(
+        "== Failover: SIGKILL to {old}'s speaker, owner of {addr} ({svc})\n\
+         the client on the segment was answered by {new} after {ms:.0} ms \
+         ({att} requests every {iv} ms, {fail} unanswered)\n",
+        old = f.old_owner,
+        addr = f.address,
+        svc = f.service,
+        new = f.new_owner,
+        ms = f.elapsed.as_secs_f64() * 1000.0,
+        att = f.attempts,
+        iv = PROBE_INTERVAL.as_millis(),
+        fail = f.failures,
+    )
+}

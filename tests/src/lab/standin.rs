@@ -1,0 +1,112 @@
+//! The kube-proxy stand-in's "pod": a TCP server that answers every connection with its node's
+//! name, and the client side that asks it from a namespace. Blocking std::net; one thread per
+//! connection.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::netns::in_namespace;
+
+/// The port every lab Service uses.
+pub const SERVICE_PORT: u16 = 80;
+
+/// Serves forever on `[::]:port` (IPv4 too, as a dual-stack socket), writing `node` and a
+/// newline to every connection. This is what `ferrolb-lab serve` runs inside a node namespace.
+pub fn serve(node: &str, port: u16) -> std::io::Result<()> {
+    let listener = TcpListener::bind(("::", port))?;
+    let answer = format!("{node}\n");
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let answer = answer.clone();
+        std::thread::spawn(move || {
+            let _ = conn.write_all(answer.as_bytes());
+        });
+    }
+    Ok(())
+}
+
+/// Why a request got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoAnswer {
+    /// The connection was not established in time (nobody answered ARP/NDP, or no route).
+    #[error("connect timed out")]
+    Timeout,
+    /// The connection was refused or reset.
+    #[error("connection refused or reset: {0}")]
+    Refused(String),
+    /// The client thread could not enter its namespace.
+    #[error("{0}")]
+    Namespace(String),
+}
+
+fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => NoAnswer::Timeout,
+        _ => NoAnswer::Refused(e.to_string()),
+    })?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let mut text = String::new();
+    stream
+        .read_to_string(&mut text)
+        .map_err(|e| NoAnswer::Refused(e.to_string()))?;
+    Ok(text.trim().to_string())
+}
+
+/// Opens a TCP connection from namespace `ns` to `addr` and returns what the server said (the
+/// node name).
+pub fn ask(ns: &str, addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
+    in_namespace(ns, move || ask_here(addr, timeout))
+        .map_err(|e| NoAnswer::Namespace(e.to_string()))?
+}
+
+/// What [`ask_until`] observed.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// Time from the start of the call to the first answer that satisfied the predicate.
+    pub elapsed: Duration,
+    /// That answer.
+    pub answer: String,
+    /// Requests made, and how many of them got no answer.
+    pub attempts: usize,
+    /// Requests that got no answer.
+    pub failures: usize,
+}
+
+/// Asks `addr` from `ns` every `interval` (each attempt with a connect timeout of `interval`)
+/// until an answer satisfies `done`, or `limit` passes (then `None`). The clock starts when the
+/// call starts, so a caller that kills a speaker just before calling measures failover.
+pub fn ask_until(
+    ns: &str,
+    addr: SocketAddr,
+    interval: Duration,
+    limit: Duration,
+    done: impl Fn(&str) -> bool + Send + 'static,
+) -> Option<Watched> {
+    let start = Instant::now();
+    in_namespace(ns, move || {
+        let (mut attempts, mut failures) = (0, 0);
+        while start.elapsed() < limit {
+            let tried = Instant::now();
+            attempts += 1;
+            match ask_here(addr, interval) {
+                Ok(answer) if done(&answer) => {
+                    return Some(Watched {
+                        elapsed: start.elapsed(),
+                        answer,
+                        attempts,
+                        failures,
+                    });
+                }
+                Ok(_) => {}
+                Err(_) => failures += 1,
+            }
+            if let Some(rest) = interval.checked_sub(tried.elapsed()) {
+                std::thread::sleep(rest.min(Duration::from_millis(10)));
+            }
+        }
+        None
+    })
+    .ok()
+    .flatten()
+}

@@ -1,0 +1,69 @@
+//! Shared by the `e2e_*` tests: finds the workspace binaries and starts a lab, or says why the
+//! test is skipped (not root, or no speaker binary built).
+#![allow(dead_code)] // each test file uses a different part
+
+use std::path::PathBuf;
+
+use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind};
+use ferrolb_tests::netns::{self, NetnsError};
+
+/// `target/debug` (or whichever profile built this test).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/e2e_lab-HASH
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Whether the test can run: root, and the tools the lab needs. Prints why not.
+pub fn can_run(router: RouterKind) -> bool {
+    match netns::require_root()
+        .and_then(|()| netns::require_tools(&ferrolb_tests::lab::required_tools(router)))
+    {
+        Ok(()) => true,
+        Err(e @ NetnsError::NotRoot) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The binaries, or `None` (with the reason printed) when the speaker is not built.
+pub fn binaries() -> Option<Binaries> {
+    let dir = bin_dir();
+    let speaker = dir.join("ferrolb-speaker");
+    if !speaker.is_file() {
+        eprintln!(
+            "skipped: {} is not built (cargo build -p ferrolb-speaker, or run cargo test --workspace)",
+            speaker.display()
+        );
+        return None;
+    }
+    let controller = dir.join("ferrolb-controller");
+    assert!(
+        controller.is_file(),
+        "{} is not built (cargo build -p ferrolb-controller)",
+        controller.display()
+    );
+    Some(Binaries {
+        controller,
+        speaker: Some(speaker),
+        lab: PathBuf::from(env!("CARGO_BIN_EXE_ferrolb-lab")),
+    })
+}
+
+/// A lab with a unique prefix for this test, or `None` when it must be skipped.
+pub fn lab(router: RouterKind) -> Option<Lab> {
+    if !can_run(router) {
+        return None;
+    }
+    let binaries = binaries()?;
+    let prefix = netns::unique_prefix("fe2e");
+    let dir = std::env::temp_dir().join(&prefix);
+    let lab = Lab::start(LabConfig::new(&prefix, router, binaries, dir))
+        .unwrap_or_else(|e| panic!("the lab did not start: {e}"));
+    Some(lab)
+}
