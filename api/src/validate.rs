@@ -417,6 +417,17 @@ pub fn check_bgp_peer(peer: &BGPPeer, secrets: &BTreeSet<String>) -> Vec<ConfigE
         .collect()
 }
 
+/// Well-known communities (RFC 1997, RFC 7999, RFC 8326, IANA), usable by name without a
+/// `Community` alias.
+pub const WELL_KNOWN_COMMUNITIES: [(&str, u16, u16); 6] = [
+    ("no-export", 0xFFFF, 0xFF01),
+    ("no-advertise", 0xFFFF, 0xFF02),
+    ("no-export-subconfed", 0xFFFF, 0xFF03),
+    ("no-peer", 0xFFFF, 0xFF04),
+    ("blackhole", 0xFFFF, 0x029A),
+    ("graceful-shutdown", 0xFFFF, 0x0000),
+];
+
 /// A BGP community value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CommunityValue {
@@ -427,8 +438,15 @@ pub enum CommunityValue {
 }
 
 impl CommunityValue {
-    /// Parses `65000:100` or `large:64512:1:2`; `None` for anything else (for example an alias).
+    /// Parses `65000:100`, `large:64512:1:2` or a well-known name (`no-export`, see
+    /// [`WELL_KNOWN_COMMUNITIES`]); `None` for anything else (for example an alias).
     pub fn parse(s: &str) -> Option<Self> {
+        if let Some((_, hi, lo)) = WELL_KNOWN_COMMUNITIES
+            .iter()
+            .find(|(name, _, _)| *name == s)
+        {
+            return Some(CommunityValue::Standard(*hi, *lo));
+        }
         if let Some(rest) = s.strip_prefix("large:") {
             let mut it = rest.split(':').map(|p| p.parse::<u32>());
             let v = (it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?);

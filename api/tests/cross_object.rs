@@ -288,4 +288,8 @@ fn community_values_parse_standard_and_large_forms() {
     );
     assert_eq!(CommunityValue::parse("65536:1"), None);
     assert_eq!(CommunityValue::parse("gold"), None);
+    assert_eq!(
+        CommunityValue::parse("no-export"),
+        Some(CommunityValue::Standard(0xFFFF, 0xFF01))
+    );
 }
