@@ -212,4 +212,42 @@ async fn kubectl_applies_gets_and_sees_validation_errors() {
     assert!(!ok && out.contains("low must not exceed high"), "{out}");
     let (ok, out) = run(vec!["get", "gadgets"], None).await.unwrap().unwrap();
     assert!(ok && out.contains("No resources found"), "{out}");
+    // kubectl create sends protobuf for built-in kinds.
+    let (ok, out) = run(vec!["create", "namespace", "lab"], None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ok && out.contains("namespace/lab created"), "{out}");
+    let (ok, out) = run(
+        vec![
+            "-n",
+            "lab",
+            "create",
+            "secret",
+            "generic",
+            "bgp",
+            "--from-literal=password=s3cret",
+        ],
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(ok, "{out}");
+    let (ok, out) = run(
+        vec![
+            "-n",
+            "lab",
+            "get",
+            "secret",
+            "bgp",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(ok && out == "czNjcmV0", "{out}");
 }

@@ -27,6 +27,7 @@ pub mod lists;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selectors;

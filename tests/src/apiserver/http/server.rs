@@ -377,6 +377,12 @@ fn parse_body(ctx: &Ctx, headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
             ))
         }),
         "application/yaml" => serde_norway::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the object provided is unrecognized (must be of type {}): {e}", ctx.res.kind))),
+        "application/vnd.kubernetes.protobuf" => crate::apiserver::protobuf::decode(body).map_err(|e| match e {
+            crate::apiserver::protobuf::ProtobufError::UnsupportedKind(_) => ApiError::UnknownBodyFormat("application/json, application/yaml"),
+            crate::apiserver::protobuf::ProtobufError::Malformed => {
+                ApiError::BadRequest(format!("the object provided is unrecognized (must be of type {}): invalid protobuf body", ctx.res.kind))
+            }
+        }),
         _ => Err(ApiError::UnknownBodyFormat("application/json, application/yaml, application/vnd.kubernetes.protobuf")),
     }
 }
