@@ -118,7 +118,8 @@ fn main() -> anyhow::Result<()> {
         eprintln!("error: {e:#}");
         eprintln!("logs are in {}", lab.dir().display());
         lab.keep_dir();
-        return result;
+        drop(lab);
+        std::process::exit(1);
     }
     if args.keep {
         lab.keep_dir();

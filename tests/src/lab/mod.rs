@@ -348,8 +348,8 @@ impl Lab {
             INSTALL_NS.into(),
             "--metrics-addr".into(),
             format!("{}:7473", node_v4(i)),
-            "--enable-l2".into(),
-            "--enable-bgp".into(),
+            "--enable-l2=true".into(),
+            "--enable-bgp=true".into(),
         ];
         args.extend(self.config.speaker_args.iter().cloned());
         let p = self.topo.node(i).spawn(&args, &log)?;

@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::standin::{self, SERVICE_PORT};
 use super::{Lab, Result, ServiceView};
-use crate::netns::topology::{NODE_NAMES, Topology};
+use crate::netns::topology::{NODE_NAMES, Topology, node_v4};
 
 /// What a failover measurement saw.
 #[derive(Debug, Clone)]
@@ -26,6 +26,9 @@ pub struct Failover {
     pub attempts: usize,
     /// Requests that got no answer.
     pub failures: usize,
+    /// From the SIGKILL until the router's kernel had no route through the killed node any
+    /// more (`None` when it had none before, or kept one past the limit).
+    pub bgp_withdrawn: Option<Duration>,
 }
 
 /// How often the failover probe asks.
@@ -47,16 +50,41 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
         || (lab.ask_from_client(address).ok()? == old).then_some(()),
     )?;
     let index = Topology::node_index(&old_owner).expect("owner is a lab node");
+    let hop = IpAddr::from(node_v4(index));
+    let routed_through = |lab: &Lab| {
+        lab.router
+            .kernel_routes()
+            .iter()
+            .any(|r| r.next_hops.contains(&hop))
+    };
+    let had_routes = routed_through(lab);
+    let killed_at = Instant::now();
     lab.kill_speaker(index);
+    let lab = &*lab;
     let old = old_owner.clone();
-    let watched = standin::ask_until(
-        lab.topo.client.name(),
-        SocketAddr::new(address, SERVICE_PORT),
-        PROBE_INTERVAL,
-        limit,
-        move |answer| answer != old,
-    )
-    .ok_or_else(|| super::LabError::Timeout {
+    let (watched, bgp_withdrawn) = std::thread::scope(|s| {
+        let bgp = s.spawn(|| {
+            if !had_routes {
+                return None;
+            }
+            while killed_at.elapsed() < limit {
+                if !routed_through(lab) {
+                    return Some(killed_at.elapsed());
+                }
+                std::thread::sleep(PROBE_INTERVAL);
+            }
+            None
+        });
+        let watched = standin::ask_until(
+            lab.topo.client.name(),
+            SocketAddr::new(address, SERVICE_PORT),
+            PROBE_INTERVAL,
+            limit,
+            move |answer| answer != old,
+        );
+        (watched, bgp.join().ok().flatten())
+    });
+    let watched = watched.ok_or_else(|| super::LabError::Timeout {
         what: format!("a node other than {old_owner} to answer for {address}"),
         after: limit,
     })?;
@@ -68,6 +96,7 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
         elapsed: watched.elapsed,
         attempts: watched.attempts,
         failures: watched.failures,
+        bgp_withdrawn,
     })
 }
 
@@ -166,10 +195,10 @@ pub fn node_label(ip: IpAddr) -> String {
 
 /// The failover section of the report.
 pub fn render_failover(f: &Failover) -> String {
-    format!(
+    let mut out = format!(
         "== Failover: SIGKILL to {old}'s speaker, owner of {addr} ({svc})\n\
-         the client on the segment was answered by {new} after {ms:.0} ms \
-         ({att} requests every {iv} ms, {fail} unanswered)\n",
+         layer 2: the client on the segment was answered by {new} {ms:.0} ms after the kill \
+         ({att} requests every {iv} ms, {fail} unanswered; {old}'s node kept answering until then)\n",
         old = f.old_owner,
         addr = f.address,
         svc = f.service,
@@ -178,5 +207,14 @@ pub fn render_failover(f: &Failover) -> String {
         att = f.attempts,
         iv = PROBE_INTERVAL.as_millis(),
         fail = f.failures,
-    )
+    );
+    if let Some(d) = f.bgp_withdrawn {
+        let _ = writeln!(
+            out,
+            "BGP: the router stopped routing through {} {:.0} ms after the kill",
+            f.old_owner,
+            d.as_secs_f64() * 1000.0
+        );
+    }
+    out
 }

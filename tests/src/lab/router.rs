@@ -106,11 +106,16 @@ impl Router {
                 )?);
             }
             RouterKind::Frr => {
+                // zebra drops root for the `frr` user (and insists on its vty group), so its
+                // files live in a directory that user owns; bgpd runs as root (`-S`).
+                let dir = &dir.join("frr");
+                std::fs::create_dir_all(dir).map_err(|e| io("creating the frr directory", e))?;
                 let zconf = dir.join("zebra.conf");
                 std::fs::write(&zconf, "hostname lab-router\n")
                     .map_err(|e| io("writing zebra.conf", e))?;
                 let bconf = dir.join("bgpd.conf");
                 std::fs::write(&bconf, frr_config()).map_err(|e| io("writing bgpd.conf", e))?;
+                crate::netns::must(&["chown", "-R", "frr:frr", &dir.display().to_string()])?;
                 let zsock = dir.join("zserv.api");
                 let common = |conf: &Path, pid: &str| -> Vec<std::ffi::OsString> {
                     vec![
@@ -124,10 +129,6 @@ impl Router {
                         dir.into(),
                         "-P".into(),
                         "0".into(),
-                        "-u".into(),
-                        "root".into(),
-                        "-g".into(),
-                        "root".into(),
                     ]
                 };
                 let mut zebra: Vec<std::ffi::OsString> = vec!["/usr/lib/frr/zebra".into()];
@@ -137,6 +138,7 @@ impl Router {
                 let mut bgpd: Vec<std::ffi::OsString> = vec!["/usr/lib/frr/bgpd".into()];
                 bgpd.extend(common(&bconf, "bgpd.pid"));
                 bgpd.extend([
+                    "-S".into(),
                     "-l".into(),
                     RouterAddrs::SEGMENT_V4.to_string().into(),
                     "-l".into(),
@@ -148,7 +150,10 @@ impl Router {
         Ok(Self {
             kind,
             ns: ns.name().into(),
-            dir: dir.into(),
+            dir: match kind {
+                RouterKind::Bird => dir.into(),
+                RouterKind::Frr => dir.join("frr"),
+            },
             _daemons: daemons,
         })
     }
@@ -177,7 +182,7 @@ impl Router {
     /// The routing daemon's own listing of the BGP routes it learned.
     pub fn show_routes(&self) -> String {
         let out = match self.kind {
-            RouterKind::Bird => self.birdc(&["show", "route", "protocol", "node_*"]),
+            RouterKind::Bird => self.birdc(&["show", "route"]),
             RouterKind::Frr => self.vtysh(&["show ip bgp", "show bgp ipv6 unicast"]),
         };
         out.lines()
