@@ -18,14 +18,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut bytes = Vec::new();
     known.encode(&mut bytes);
-    if bytes.len() <= 4096
+    // We only ever encode a handful of capabilities: the one-parameter form holds 253 bytes.
+    let fits = bytes.len() - 19 - 12 <= 253
         && known.capabilities.iter().all(|c| match c {
             Capability::GracefulRestart { families, .. } => families.len() < 63,
             _ => true,
-        })
-    {
+        });
+    if fits {
         let again = Open::decode(&bytes[19..]).expect("our own OPEN decodes");
-        assert_eq!(again.asn(), known.asn());
-        assert_eq!(again.hold_time, known.hold_time);
+        assert_eq!(again, known);
     }
 });
