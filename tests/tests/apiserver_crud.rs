@@ -515,3 +515,98 @@ async fn objects_whose_owner_is_deleted_are_garbage_collected() {
     }
     assert!(gone, "the owned Service was collected");
 }
+
+#[tokio::test]
+async fn deleting_a_namespace_deletes_what_it_contains() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("crud").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    api.create(&PostParams::default(), &lb_service("lb1"))
+        .await
+        .unwrap();
+    let r = c
+        .json("DELETE", &format!("/api/v1/namespaces/{ns}"), None)
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["status"]["phase"], "Terminating");
+    let mut gone = false;
+    for _ in 0..300 {
+        let got = c
+            .json("GET", &format!("/api/v1/namespaces/{ns}"), None)
+            .await;
+        if got.status == 404 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the namespace goes away");
+    assert!(api.get_opt("lb1").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_crd_created_through_the_api_is_served_until_it_is_deleted() {
+    let c = support::cluster().await;
+    if !c.is_double() {
+        return eprintln!("skipping: creates a cluster-wide CRD");
+    }
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "things.dyn.ferrolb.io"},
+        "spec": {"group": "dyn.ferrolb.io", "scope": "Namespaced",
+                 "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    });
+    let r = c
+        .json(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            Some(crd),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.body["status"]["conditions"],
+        Value::Null,
+        "Established comes later"
+    );
+    let thing = json!({"apiVersion": "dyn.ferrolb.io/v1", "kind": "Thing", "metadata": {"name": "t1"}, "spec": {"a": 1}});
+    let r = c
+        .json(
+            "POST",
+            "/apis/dyn.ferrolb.io/v1/namespaces/default/things",
+            Some(thing),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let crd = c
+        .json(
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.dyn.ferrolb.io",
+            None,
+        )
+        .await;
+    let established = crd.body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Established" && c["status"] == "True");
+    assert!(established);
+    let r = c
+        .json(
+            "DELETE",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.dyn.ferrolb.io",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = c
+        .json(
+            "GET",
+            "/apis/dyn.ferrolb.io/v1/namespaces/default/things/t1",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404);
+}

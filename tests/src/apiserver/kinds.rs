@@ -166,6 +166,15 @@ pub fn after_delete(st: &mut State, ctx: &Ctx, removed: &Value) {
                 .and_then(Value::as_str)
                 .unwrap_or("");
             st.registry.remove_crd(group, plural);
+            // The custom resources go with their definition.
+            let table = StorageKey {
+                group: group.to_string(),
+                plural: plural.to_string(),
+            };
+            let keys: Vec<ObjKey> = st.store.objects(&table).map(|(k, _)| k.clone()).collect();
+            for k in keys {
+                st.store.remove(&table, &k);
+            }
         }
         _ => {}
     }

@@ -651,6 +651,17 @@ pub fn delete(st: &mut State, ctx: &Ctx, options: &Value) -> ApiResult<Reply> {
     if ctx.dry_run() {
         return Ok(Reply::new(200, kinds::present(&ctx.res, old)));
     }
+    if ctx.res.builtin() == Some(super::resources::Builtin::Namespace) {
+        // The namespace controller's work, done at once: Terminating, contents removed, then gone.
+        let mut terminating = old.clone();
+        terminating["metadata"]["deletionTimestamp"] = json!(now_seconds());
+        terminating["status"] = json!({"phase": "Terminating"});
+        let answer = st.store.put(&ctx.res.storage, ctx.key(), terminating);
+        if let Some(removed) = st.store.remove(&ctx.res.storage, &ctx.key()) {
+            kinds::after_delete(st, ctx, &removed);
+        }
+        return Ok(Reply::new(200, kinds::present(&ctx.res, answer)));
+    }
     let removed = st.store.remove(&ctx.res.storage, &ctx.key()).unwrap_or(old);
     kinds::after_delete(st, ctx, &removed);
     if ctx.res.delete_returns_object() {
