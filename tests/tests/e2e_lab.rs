@@ -1,0 +1,216 @@
+//! End-to-end: the lab of `ferrolb-lab` (real controller, real speakers, BIRD or FRR, clients in
+//! network namespaces) checked the way a user would: who answers ARP, which node answers a TCP
+//! request, what the router routes, what happens when a speaker or the controller dies.
+//! Skipped with a printed reason only when not root or when `ferrolb-speaker` is not built.
+
+mod e2e_support;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ferrolb_tests::lab::report;
+use ferrolb_tests::lab::{Lab, RouterKind, ServiceView};
+use ferrolb_tests::netns::topology::{NODE_NAMES, Topology};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn address_of(services: &[ServiceView], name: &str) -> IpAddr {
+    services
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no Service {name}"))
+        .ingress[0]
+        .0
+}
+
+fn addresses(lab: &Lab) -> Vec<ServiceView> {
+    lab.wait_for_addresses(CONVERGE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("controller.log", 30)))
+}
+
+fn owner(lab: &Lab, ip: IpAddr) -> String {
+    let owners = lab
+        .wait_for_l2_owners(&[ip], CONVERGE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-a.log", 30)));
+    owners[&ip].clone()
+}
+
+#[test]
+fn the_client_on_the_segment_reaches_an_l2_service_through_its_single_owner() {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let web = address_of(&services, "web");
+    let owner = owner(&lab, web);
+    let i = Topology::node_index(&owner).unwrap();
+    // Exactly one MAC answers ARP for the address: the owner's.
+    let macs = lab.topo.who_answers(web).unwrap();
+    assert_eq!(
+        macs,
+        vec![lab.topo.node_mac(i).unwrap()],
+        "ARP answers for {web}"
+    );
+    // And the owner's node answers the TCP request, every time.
+    for _ in 0..5 {
+        assert_eq!(lab.ask_from_client(web).as_deref(), Ok(owner.as_str()));
+    }
+}
+
+fn bgp_reachability(router: RouterKind) {
+    let Some(lab) = e2e_support::lab(router) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let web = address_of(&services, "web-bgp");
+    lab.wait_for_route(web, &[0, 1, 2], CONVERGE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    // The remote client has no path to 10.99.2.0/28 but the router's BGP routes.
+    let answer = lab
+        .ask_from_remote(web)
+        .expect("the remote client is answered");
+    assert!(
+        NODE_NAMES.contains(&answer.as_str()),
+        "answered by {answer}"
+    );
+    // ECMP: the router spreads connections; each answer comes from a node it routes to.
+    let answers: BTreeSet<String> = (0..10)
+        .map(|_| lab.ask_from_remote(web).expect("answered"))
+        .collect();
+    assert!(answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())));
+}
+
+#[test]
+fn the_client_behind_a_bird_router_reaches_a_bgp_service_through_the_learned_routes() {
+    bgp_reachability(RouterKind::Bird);
+}
+
+#[test]
+fn the_client_behind_an_frr_router_reaches_a_bgp_service_through_the_learned_routes() {
+    bgp_reachability(RouterKind::Frr);
+}
+
+#[test]
+fn external_traffic_policy_local_steers_traffic_to_the_node_with_the_endpoint_and_follows_it() {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let (l2, bgp) = (
+        address_of(&services, "local-l2"),
+        address_of(&services, "local-bgp"),
+    );
+    // The only endpoint runs on node-c: node-c owns the L2 address and alone announces the route.
+    assert_eq!(owner(&lab, l2), "node-c");
+    lab.wait_for_route(bgp, &[2], CONVERGE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    for _ in 0..3 {
+        assert_eq!(lab.ask_from_client(l2).as_deref(), Ok("node-c"));
+        assert_eq!(lab.ask_from_remote(bgp).as_deref(), Ok("node-c"));
+    }
+    // The endpoints move to node-a: so do the L2 ownership and the route.
+    let client = lab.client();
+    lab.block(async move {
+        let slices = Api::<EndpointSlice>::namespaced(client, "default");
+        for name in ["local-l2-lab", "local-bgp-lab"] {
+            let patch = serde_json::json!({"endpoints": [{
+                "addresses": ["10.99.10.40"], "conditions": {"ready": true}, "nodeName": "node-a"
+            }]});
+            slices
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("the EndpointSlice is patched");
+        }
+    });
+    lab.wait(CONVERGE, "node-a to own local-l2", || {
+        (lab.l2_owners().ok()?.get(&l2)? == &vec!["node-a".to_string()]).then_some(())
+    })
+    .unwrap();
+    lab.wait_for_route(bgp, &[0], CONVERGE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    lab.wait(Duration::from_secs(10), "node-a to answer both", || {
+        (lab.ask_from_client(l2).ok()? == "node-a" && lab.ask_from_remote(bgp).ok()? == "node-a")
+            .then_some(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn killing_the_owners_speaker_moves_the_address_to_a_surviving_node_within_seconds() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let web = address_of(&services, "web");
+    let f = report::failover(&mut lab, "web", Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
+    eprintln!("{}", report::render_failover(&f));
+    assert_ne!(f.new_owner, f.old_owner);
+    assert!(NODE_NAMES.contains(&f.new_owner.as_str()));
+    assert!(
+        f.elapsed < Duration::from_secs(5),
+        "failover took {:?}",
+        f.elapsed
+    );
+    // The new owner says so in a ServiceL2Status (the dead speaker's own object stays until it
+    // comes back, as nobody else writes it).
+    lab.wait(CONVERGE, "the new owner in ServiceL2Status", || {
+        lab.l2_owners()
+            .ok()?
+            .get(&web)?
+            .contains(&f.new_owner)
+            .then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", lab.l2_owners()));
+    // BGP: the router no longer routes through the dead speaker's node.
+    assert!(
+        f.bgp_withdrawn.is_some(),
+        "routes through the dead node stayed"
+    );
+}
+
+#[test]
+fn a_controller_restart_changes_no_address() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let before = addresses(&lab);
+    lab.kill_controller();
+    lab.start_controller().unwrap();
+    // A Service created after the restart gets an address: the new controller is at work.
+    let client = lab.client();
+    lab.block(async move {
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some("after-restart".into()),
+                namespace: Some("default".into()),
+                annotations: Some([("ferrolb.io/address-pool".into(), "lab-l2".into())].into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        Api::<Service>::namespaced(client, "default")
+            .create(&PostParams::default(), &svc)
+            .await
+            .expect("the Service is created");
+    });
+    let after = addresses(&lab);
+    let new = address_of(&after, "after-restart");
+    for s in &before {
+        let now = after.iter().find(|a| a.name == s.name).unwrap();
+        assert_eq!(now.ingress, s.ingress, "{} changed", s.name);
+        assert!(s.ingress.iter().all(|(ip, _)| *ip != new));
+    }
+}
