@@ -10,6 +10,27 @@
 //! - [`http`]: routing, the request handler, `/_fault/...` endpoints; [`faults`]: fault handle and
 //!   request log.
 //!
+//! # Use
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, Failure, Verb};
+//!
+//! let server = ApiServer::start(ApiServerConfig::default().with_crd_dir("charts/ferrolb/crds")).await?;
+//! let client = server.client(); // or server.write_kubeconfig(path) for a binary under test
+//! server.faults().fail_next("services", 2, Failure::TooManyRequests { retry_after_secs: 1 });
+//! server.faults().fail_next_verb("leases", Verb::Update, 1, Failure::ServerError);
+//! server.faults().close_watches();
+//! server.faults().expire_watch_cache();
+//! server.restart().await;
+//! for r in server.request_log() {
+//!     println!("{} {:?} {:?}/{:?} by {}", r.method, r.verb, r.resource, r.subresource, r.user_agent);
+//! }
+//! # drop(client);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ```text
 //!  kube::Client ──HTTP/1.1──► http::server::handle ──► Mutex<State> { Store, Registry }
 //!                                  │                          │ broadcast per table
