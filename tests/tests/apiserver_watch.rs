@@ -502,3 +502,64 @@ async fn metadata_watcher_receives_partial_object_metadata() {
     }
     assert_eq!(names, vec!["a"]);
 }
+
+#[tokio::test]
+async fn kube_runtime_watcher_sees_each_intermediate_change_made_while_it_reconnects() {
+    let mut c = support::cluster().await;
+    let Some(faults) = c.faults() else { return };
+    let ns = c.namespace("replay").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    api.create(&PostParams::default(), &svc("s", json!({"v": "0"})))
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let task = tokio::spawn(async move {
+        while let Some(e) = stream.next().await {
+            if let Ok(e) = e
+                && tx.send(e).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let (mut seen, mut buffer) = (BTreeMap::new(), BTreeMap::new());
+    settle(
+        &mut rx,
+        &mut seen,
+        &mut buffer,
+        &BTreeMap::from([("s".to_string(), "0".to_string())]),
+    )
+    .await;
+    watches_served(&c, &ns, 1).await;
+    // The re-watch fails once, so every change below is made while no watch is open.
+    faults.fail_next_verb("services", Verb::Watch, 1, Failure::ServerError);
+    faults.close_watches();
+    for v in 1..=5 {
+        api.patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"v": v.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut versions = Vec::new();
+    while versions.last().map(String::as_str) != Some("5") {
+        let e = tokio::time::timeout(Duration::from_secs(15), rx.recv())
+            .await
+            .expect("caught up in time")
+            .unwrap();
+        if let Event::Apply(s) = e {
+            versions.push(s.metadata.labels.unwrap()["v"].clone());
+        }
+    }
+    task.abort();
+    assert_eq!(
+        versions,
+        vec!["1", "2", "3", "4", "5"],
+        "replayed from the watch cache, one event per change"
+    );
+}
