@@ -124,11 +124,7 @@ impl ResourceDef {
 
     /// Whether a write without resourceVersion is refused (Leases and CRs).
     pub fn requires_rv_on_update(&self) -> bool {
-        self.is_custom()
-            || matches!(
-                self.builtin(),
-                Some(Builtin::Lease | Builtin::EndpointSlice)
-            )
+        self.is_custom() || matches!(self.builtin(), Some(Builtin::Lease))
     }
 
     /// Whether DELETE answers with the object (rather than a Status Success).
