@@ -167,6 +167,7 @@ struct World {
 impl World {
     fn check_invariants(&self) -> Result<(), TestCaseError> {
         let all = self.alloc.assignments();
+        prop_assert_eq!(self.alloc.assigned_services(), all.len());
         let mut holders: BTreeMap<IpAddr, Vec<&ServiceKey>> = BTreeMap::new();
         for (key, a) in &all {
             let req = &self.reqs[key];

@@ -194,6 +194,13 @@ impl Allocator {
         all
     }
 
+    /// How many Services hold addresses (cheaper than `assignments().len()`).
+    pub fn assigned_services(&self) -> usize {
+        (self.records.iter().flatten())
+            .filter(|r| !r.ips.is_empty())
+            .count()
+    }
+
     /// Services whose last assignment failed for a reason that freed addresses may cure
     /// ([`AllocationError::may_succeed_later`]), in key order.
     pub fn waiting(&self) -> Vec<ServiceKey> {
