@@ -72,9 +72,12 @@ fn main() -> anyhow::Result<()> {
         down();
         return Ok(());
     }
-    let removed = down_quietly();
+    let (stopped, removed) = down_quietly();
+    if let Some(pid) = stopped {
+        println!("stopped a lab left running (pid {pid})");
+    }
     if !removed.is_empty() {
-        println!("removed a previous lab: {}", removed.join(" "));
+        println!("removed what a previous lab left: {}", removed.join(" "));
     }
     let bin_dir = match &args.bin_dir {
         Some(d) => d.clone(),
@@ -104,7 +107,7 @@ fn main() -> anyhow::Result<()> {
 
     // Ctrl-C (and SIGTERM from --down) while building or reporting: clean up, then exit.
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    install_signal_cleanup(interrupted.clone())?;
+    install_signal_cleanup(interrupted.clone(), args.keep)?;
 
     let started = Instant::now();
     println!(
@@ -193,62 +196,67 @@ fn print_hints(lab: &Lab) {
 
 /// Stops a lab left running (its pid file) and removes every namespace of the prefix.
 fn down() {
-    let removed = down_quietly();
-    if removed.is_empty() {
-        println!("no lab found");
-    } else {
-        println!("removed: {}", removed.join(" "));
+    let (stopped, removed) = down_quietly();
+    match (stopped, removed.is_empty()) {
+        (Some(pid), _) => println!("stopped the lab (pid {pid})"),
+        (None, false) => println!("removed: {}", removed.join(" ")),
+        (None, true) => println!("no lab found"),
     }
     let _ = std::fs::remove_dir_all(STATE_DIR);
 }
 
-fn down_quietly() -> Vec<String> {
+/// Stops a running lab process, if any (returns its pid), and removes leftover namespaces.
+fn down_quietly() -> (Option<String>, Vec<String>) {
     let pidfile = PathBuf::from(STATE_DIR).join("lab.pid");
+    let mut stopped = None;
     if let Ok(pid) = std::fs::read_to_string(&pidfile) {
-        let pid = pid.trim();
-        if pid != std::process::id().to_string() && is_lab_process(pid) {
-            let _ = netns::run(&["kill", "-TERM", pid]);
+        let pid = pid.trim().to_string();
+        if pid != std::process::id().to_string() && is_lab_process(&pid) {
+            let _ = netns::run(&["kill", "-TERM", &pid]);
             for _ in 0..50 {
                 if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
+            stopped = Some(pid);
         }
         let _ = std::fs::remove_file(&pidfile);
     }
-    topology::remove(PREFIX)
+    (stopped, topology::remove(PREFIX))
 }
 
 fn is_lab_process(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "ferrolb-lab")
 }
 
-/// On SIGINT or SIGTERM: with `--keep` waiting, let `main` stop the lab; otherwise clean up the
-/// namespaces right here and exit (the main thread may be blocked in a wait).
+/// On SIGINT or SIGTERM: with `--keep`, the first signal asks `main` to stop the lab (it polls
+/// `flag` while waiting); otherwise, or on a second signal, the namespaces (and every process in
+/// them) are removed right here and the process exits.
 fn install_signal_cleanup(
     flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    keep: bool,
 ) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let mut term = rt.block_on(async { signal(SignalKind::terminate()) })?;
+    let mut int = rt.block_on(async { signal(SignalKind::interrupt()) })?;
     std::thread::spawn(move || {
-        rt.block_on(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler");
-            let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-                .expect("SIGINT handler");
-            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-        });
-        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return;
+        loop {
+            rt.block_on(async {
+                tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            });
+            let again = flag.swap(true, std::sync::atomic::Ordering::SeqCst);
+            if keep && !again {
+                continue;
+            }
+            eprintln!("interrupted: removing the lab");
+            topology::remove(PREFIX);
+            let _ = std::fs::remove_dir_all(STATE_DIR);
+            std::process::exit(130);
         }
-        // A second signal or a run that is not waiting in --keep: give main 3 s, then clean up.
-        std::thread::sleep(Duration::from_secs(3));
-        eprintln!("interrupted: removing the lab");
-        topology::remove(PREFIX);
-        std::process::exit(130);
     });
     Ok(())
 }

@@ -119,8 +119,8 @@ pub fn render(lab: &Lab, services: &[ServiceView]) -> Result<String> {
     let _ = writeln!(out, "== Services (namespace default)");
     let _ = writeln!(
         out,
-        "{:<10} {:<8} {:<8} {:<14} {:<6} {}",
-        "NAME", "POOL", "POLICY", "ADDRESS", "MODE", "ANNOUNCED BY"
+        "{:<10} {:<8} {:<8} {:<14} {:<6} ANNOUNCED BY",
+        "NAME", "POOL", "POLICY", "ADDRESS", "MODE"
     );
     for s in services {
         for (ip, mode) in &s.ingress {

@@ -1,4 +1,4 @@
-//! The kube-proxy stand-in's "pod": a TCP server that answers every connection with its node's
+//! The kube-proxy stand-in's "pod": an HTTP server that answers every request with its node's
 //! name, and the client side that asks it from a namespace. Blocking std::net; one thread per
 //! connection.
 
@@ -11,15 +11,30 @@ use crate::netns::in_namespace;
 /// The port every lab Service uses.
 pub const SERVICE_PORT: u16 = 80;
 
-/// Serves forever on `[::]:port` (IPv4 too, as a dual-stack socket), writing `node` and a
-/// newline to every connection. This is what `ferrolb-lab serve` runs inside a node namespace.
+/// Serves forever on `[::]:port` (IPv4 too, as a dual-stack socket), answering every HTTP
+/// request with `node` and a newline as the body (so `curl` works from a client namespace).
+/// This is what `ferrolb-lab serve` runs inside a node namespace.
 pub fn serve(node: &str, port: u16) -> std::io::Result<()> {
     let listener = TcpListener::bind(("::", port))?;
-    let answer = format!("{node}\n");
+    let body = format!("{node}\n");
+    let answer = format!(
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
         let answer = answer.clone();
         std::thread::spawn(move || {
+            // Read the request head first: closing with unread bytes would reset the connection.
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
             let _ = conn.write_all(answer.as_bytes());
         });
     }
@@ -46,11 +61,16 @@ fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
         _ => NoAnswer::Refused(e.to_string()),
     })?;
     let _ = stream.set_read_timeout(Some(timeout));
-    let mut text = String::new();
+    let refused = |e: std::io::Error| NoAnswer::Refused(e.to_string());
     stream
-        .read_to_string(&mut text)
-        .map_err(|e| NoAnswer::Refused(e.to_string()))?;
-    Ok(text.trim().to_string())
+        .write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(refused)?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).map_err(refused)?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or(text.as_str(), |(_, b)| b);
+    Ok(body.trim().to_string())
 }
 
 /// Opens a TCP connection from namespace `ns` to `addr` and returns what the server said (the

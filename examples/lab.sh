@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# FerroLB's lab: the whole system on one machine, in network namespaces. Builds the workspace's
+# binaries, then runs `ferrolb-lab` as root: three nodes on a bridge, a BIRD (or FRR) router,
+# two clients, the test API server loaded with examples/lab/*.yaml, the real controller and one
+# real speaker per node. It prints each Service's address, owner and routes, who answers each
+# client, and a measured failover, then removes everything.
+#
+#   sudo ./examples/lab.sh                 report and failover, then clean up
+#   sudo ./examples/lab.sh --router frr    FRR instead of BIRD
+#   sudo ./examples/lab.sh --keep          leave it running; prints kubectl and shell hints
+#   sudo ./examples/lab.sh --down          remove a lab left running or crashed
+#
+# Needs Debian's iproute2 iputils-arping ndisc6 bird2 (or frr); the lab names what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(-p ferrolb-controller -p ferrolb-speaker -p ferrolb-tests)
+lab=target/debug/ferrolb-lab
+
+build() {
+  if command -v cargo >/dev/null 2>&1; then
+    cargo build --quiet --bins "${packages[@]}"
+  elif [ -n "${SUDO_USER:-}" ] && sudo -u "$SUDO_USER" bash -lc 'command -v cargo' >/dev/null 2>&1; then
+    # sudo drops the user's PATH: build as that user, with their toolchain.
+    sudo -u "$SUDO_USER" bash -lc "cd '$PWD' && cargo build --quiet --bins ${packages[*]}"
+  elif [ -x "$lab" ]; then
+    echo "lab.sh: cargo not found; using the binaries already in target/debug" >&2
+  else
+    echo "lab.sh: cargo not found: install Rust (https://rustup.rs), or build first with cargo build --bins" >&2
+    exit 1
+  fi
+}
+
+if [ "${1:-}" = "--down" ] && [ -x "$lab" ]; then
+  :
+else
+  build
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  exec sudo "$lab" "$@"
+fi
+exec "$lab" "$@"
