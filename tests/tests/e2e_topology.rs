@@ -13,7 +13,7 @@ use ferrolb_tests::netns;
 use ferrolb_tests::netns::topology::{self, Topology, node_v4, node_v6};
 
 #[test]
-fn node_kernels_answer_arp_and_ndp_for_their_own_address_but_not_for_service_addresses() {
+fn node_kernels_leave_arp_and_ndp_for_service_addresses_to_the_speakers_responder() {
     if !e2e_support::can_run(RouterKind::Bird) {
         return;
     }
@@ -33,6 +33,29 @@ fn node_kernels_answer_arp_and_ndp_for_their_own_address_but_not_for_service_add
     // The Service addresses sit on lb0 of every node, and no kernel answers for them.
     assert_eq!(topo.who_answers(v4).unwrap(), Vec::<String>::new());
     assert_eq!(topo.who_answers(v6).unwrap(), Vec::<String>::new());
+    // With the speaker's responder (l2-probe) owning them on node-b, node-b alone answers.
+    let probe = e2e_support::bin_dir().join("l2-probe");
+    if !probe.is_file() {
+        eprintln!("l2-probe not built: responder half of this check skipped");
+        return;
+    }
+    let log = std::env::temp_dir().join(format!("{}-probe.log", topo.prefix));
+    let _responder = topo
+        .node(1)
+        .spawn(
+            &[probe.display().to_string(), v4.to_string(), v6.to_string()],
+            &log,
+        )
+        .unwrap();
+    let b = topo.node_mac(1).unwrap();
+    for ip in [v4, v6] {
+        let macs = (0..50)
+            .map(|_| topo.who_answers(ip).unwrap())
+            .find(|m| !m.is_empty())
+            .unwrap_or_default();
+        assert_eq!(macs, vec![b.clone()], "answers for {ip}");
+    }
+    let _ = std::fs::remove_file(log);
 }
 
 #[test]

@@ -140,7 +140,6 @@ impl LabConfig {
 pub fn required_tools(router: RouterKind) -> Vec<(&'static str, &'static str)> {
     let mut t = vec![
         ("ip", "iproute2"),
-        ("sysctl", "procps"),
         ("arping", "iputils-arping"),
         ("ndisc6", "ndisc6"),
     ];

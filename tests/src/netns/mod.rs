@@ -239,9 +239,18 @@ impl Namespace {
         must(&full)
     }
 
-    /// Sets a sysctl inside the namespace (`key=value`).
+    /// Sets a sysctl inside the namespace (`net.ipv4.conf.all.arp_ignore=1`), by writing
+    /// `/proc/sys/...` from a thread inside it (the network sysctls are per namespace).
     pub fn sysctl(&self, setting: &str) -> Result<()> {
-        self.exec_ok(&["sysctl", "-qw", setting]).map(drop)
+        let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
+        let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
+        let value = value.to_string();
+        in_namespace(&self.name, move || std::fs::write(&path, value))?.map_err(|source| {
+            NetnsError::Io {
+                context: format!("setting {setting} in {}", self.name),
+                source,
+            }
+        })
     }
 
     /// Starts a long-running program inside the namespace with stdout and stderr going to `log`.
