@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 
 use super::{ApiServer, ApiServerConfig, ApiServerHandle, Faults};
 
+/// Label on every namespace the suite creates, so `kubectl delete ns -l ferrolb.io/test-suite`
+/// cleans up after an interrupted run on a real cluster.
+pub const TEST_LABEL: &str = "ferrolb.io/test-suite";
+
 /// The environment variable that points the suite at a real cluster.
 pub const REAL_CLUSTER_ENV: &str = "FERROLB_TEST_KUBECONFIG";
 
@@ -106,7 +110,7 @@ impl TestCluster {
     pub async fn namespace(&mut self, prefix: &str) -> String {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"generateName": format!("{prefix}-")}}))
+            serde_json::from_value(json!({"metadata": {"generateName": format!("{prefix}-"), "labels": {TEST_LABEL: "apiserver"}}}))
                 .expect("namespace");
         let created = api
             .create(&PostParams::default(), &ns)
