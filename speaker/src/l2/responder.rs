@@ -87,6 +87,9 @@ pub struct Responder {
 
 impl Responder {
     /// A responder that owns nothing yet and has no interface open.
+    ///
+    /// # Panics
+    /// When the system cannot start one more thread.
     pub fn new() -> Responder {
         let inner = Arc::new(Inner {
             view: RwLock::new(Arc::new(View::new())),
@@ -156,7 +159,12 @@ impl Responder {
 
     /// The open port for `name`, opening it (and starting its reader) on first use.
     fn port(&self, name: &str) -> Result<Arc<Port>, L2Error> {
-        let mut ports = self.inner.ports.lock().expect("ports lock poisoned");
+        // A reader that panicked cannot leave the map half-updated: keep using it.
+        let mut ports = self
+            .inner
+            .ports
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(p) = ports.get(name) {
             return Ok(p.clone());
         }
