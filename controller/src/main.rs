@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use clap::Parser;
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
@@ -30,7 +29,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Api, Resource};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
@@ -117,25 +116,12 @@ async fn main() -> anyhow::Result<()> {
         .identity
         .clone()
         .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
-    let mut config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).context("reading the kubeconfig")?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => {
-            kube::Config::incluster().context("no in-cluster configuration and no --kubeconfig")?
-        }
-    };
     // Audit logs (and the test API server's request log) tell replicas apart by this.
     let agent = format!(
         "ferrolb-controller/{} ({identity})",
         env!("CARGO_PKG_VERSION")
     );
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&agent).context("identity must be printable ASCII")?,
-    ));
-    let client = Client::try_from(config)?;
+    let client = ferrolb_telemetry::kube_client(args.kubeconfig.as_deref(), &agent).await?;
     info!(%identity, namespace = %args.namespace, class = %args.load_balancer_class, "starting");
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -285,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
     };
     tokio::select! {
         _ = work => {}
-        _ = shutdown_signal() => info!("shutting down"),
+        _ = ferrolb_telemetry::shutdown_signal() => info!("shutting down"),
     }
     let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
@@ -344,13 +330,4 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "ferrolb".into())
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("signal handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

@@ -15,7 +15,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
@@ -30,7 +29,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Api, Resource};
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
@@ -118,25 +117,12 @@ impl Caches {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ferrolb_telemetry::init_logging(&args.log_level, args.log_format)?;
-    let mut config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).context("reading the kubeconfig")?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => {
-            kube::Config::incluster().context("no in-cluster configuration and no --kubeconfig")?
-        }
-    };
     let agent = format!(
         "ferrolb-speaker/{} ({})",
         env!("CARGO_PKG_VERSION"),
         args.node_name
     );
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&agent).context("node name must be printable ASCII")?,
-    ));
-    let client = Client::try_from(config)?;
+    let client = ferrolb_telemetry::kube_client(args.kubeconfig.as_deref(), &agent).await?;
     info!(node = %args.node_name, l2 = args.enable_l2, bgp = args.enable_bgp, "starting");
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -275,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
     };
     tokio::select! {
         _ = run => {}
-        _ = shutdown_signal() => info!("shutting down: withdrawing announcements"),
+        _ = ferrolb_telemetry::shutdown_signal() => info!("shutting down: withdrawing announcements"),
     }
     speaker.shutdown().await;
     let _ = shutdown_tx.send(true);
@@ -356,13 +342,4 @@ where
         }
     });
     store
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("signal handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

@@ -1,6 +1,6 @@
-//! What both FerroLB binaries share for operators: log setup (text or JSON) and the HTTP
-//! endpoints `/metrics` (Prometheus text format), `/healthz` (the process serves) and `/readyz`
-//! (the binary says it is ready).
+//! What both FerroLB binaries share: log setup (text or JSON), the HTTP endpoints `/metrics`
+//! (Prometheus text format), `/healthz` (the process serves) and `/readyz` (the binary says it is
+//! ready), the Kubernetes client they build, and how they notice they must stop.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,9 +52,56 @@ pub fn init_logging(level: &str, format: LogFormat) -> Result<(), Error> {
     result.map_err(|e| Error::LogLevel(e.to_string()))
 }
 
+/// A Kubernetes client from `kubeconfig`, or the in-cluster configuration when `None`, that
+/// names itself `user_agent` (audit logs and the test API server's request log tell replicas
+/// apart by it).
+pub async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+    user_agent: &str,
+) -> Result<kube::Client, Error> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| Error::Kubeconfig(e.to_string()))?
+        }
+        None => kube::Config::incluster().map_err(|e| {
+            Error::Kubeconfig(format!(
+                "no in-cluster configuration and no --kubeconfig: {e}"
+            ))
+        })?,
+    };
+    let agent = http::HeaderValue::from_str(user_agent).map_err(|_| {
+        Error::Kubeconfig(format!("user agent `{user_agent}` is not printable ASCII"))
+    })?;
+    config.headers.push((http::header::USER_AGENT, agent));
+    kube::Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))
+}
+
+/// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// No usable Kubernetes configuration.
+    #[error("kubernetes configuration: {0}")]
+    Kubeconfig(String),
     /// The log level directive could not be parsed.
     #[error("invalid log level: {0}")]
     LogLevel(String),
