@@ -251,3 +251,24 @@ async fn non_apply_writes_are_recorded_as_update_operations() {
         json!({"f:metadata": {"f:annotations": {".": {}, "f:c": {}}}})
     );
 }
+
+#[tokio::test]
+async fn apply_with_a_stale_resource_version_is_409() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("ssa").await;
+    let api: Api<Service> = Api::namespaced(c.client(), &ns);
+    api.patch(
+        "ssa1",
+        &PatchParams::apply("a"),
+        &Patch::Apply(applied(json!({}), "None")),
+    )
+    .await
+    .unwrap();
+    let mut stale = applied(json!({"x": "1"}), "None");
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let err = api
+        .patch("ssa1", &PatchParams::apply("a"), &Patch::Apply(&stale))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"));
+}

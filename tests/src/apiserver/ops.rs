@@ -376,6 +376,12 @@ fn apply(st: &mut State, ctx: &Ctx, body: &[u8]) -> ApiResult<Reply> {
             create_inner(st, ctx, fresh, Some(&applied))
         }
         Some(old) => {
+            // A resourceVersion in the apply configuration is a precondition.
+            if let Some(rv) = rv_of(&applied)
+                && Some(rv) != rv_of(&old)
+            {
+                return Err(stale(ctx));
+            }
             let merged = ssa::apply(&old, &applied, ctx, force)?;
             write_update(st, ctx, &old, merged, true)
         }
