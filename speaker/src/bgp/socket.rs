@@ -109,4 +109,17 @@ mod tests {
         let s6 = TcpSocket::new_v6().unwrap();
         set_tcp_md5sig(s6.as_raw_fd(), "fd00:99::2".parse().unwrap(), b"secret").unwrap();
     }
+
+    #[tokio::test]
+    async fn single_hop_ebgp_connects_with_ttl_1_and_multihop_with_255() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        for (multihop, ttl) in [(false, 1), (true, 255)] {
+            let mut cfg = PeerConfig::new("t", 64512, 64513, "127.0.0.1".parse().unwrap());
+            cfg.peer_port = port;
+            cfg.ebgp_multihop = multihop;
+            let stream = connect(&cfg).await.unwrap();
+            assert_eq!(socket2::SockRef::from(&stream).ttl_v4().unwrap(), ttl);
+        }
+    }
 }
