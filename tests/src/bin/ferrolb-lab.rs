@@ -62,7 +62,17 @@ enum Cmd {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match lab_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferrolb-lab: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn lab_main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(Cmd::Serve { node, port }) = &args.command {
         return standin::serve(node, *port).with_context(|| format!("serving on port {port}"));
@@ -72,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         down();
         return Ok(());
     }
+    netns::require_tools(&ferrolb_tests::lab::required_tools(args.router))?;
     let (stopped, removed) = down_quietly();
     if let Some(pid) = stopped {
         println!("stopped a lab left running (pid {pid})");
@@ -118,7 +129,7 @@ fn main() -> anyhow::Result<()> {
     std::fs::write(dir.join("lab.pid"), std::process::id().to_string()).ok();
     let result = run(&mut lab, &args, started);
     if let Err(e) = &result {
-        eprintln!("error: {e:#}");
+        eprintln!("ferrolb-lab: {e:#}");
         eprintln!("logs are in {}", lab.dir().display());
         lab.keep_dir();
         drop(lab);

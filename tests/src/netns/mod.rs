@@ -119,10 +119,15 @@ pub fn unique_prefix(base: &str) -> String {
     )
 }
 
-/// Fails with [`NetnsError::NotRoot`] unless the effective user is root.
+/// Fails with [`NetnsError::NotRoot`] unless the effective user is root (read from
+/// `/proc/self/status`, so it needs no program on `PATH`).
 pub fn require_root() -> Result<()> {
-    let out = must(&["id", "-u"]).map_err(|_| NetnsError::NotRoot)?;
-    if out.trim() == "0" {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1));
+    if euid == Some("0") {
         Ok(())
     } else {
         Err(NetnsError::NotRoot)
@@ -411,4 +416,25 @@ pub fn runtime_in(ns: &str) -> Result<tokio::runtime::Runtime> {
             context: "building a tokio runtime".into(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tool_is_reported_with_its_debian_package() {
+        let err =
+            require_tools(&[("sh", "dash"), ("ferrolb-no-such-tool", "ferrolb-pkg")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`ferrolb-no-such-tool` is not installed; install the Debian package `ferrolb-pkg` \
+             (apt-get install -y ferrolb-pkg)"
+        );
+    }
+
+    #[test]
+    fn unique_prefixes_differ_within_one_process() {
+        assert_ne!(unique_prefix("t"), unique_prefix("t"));
+    }
 }
