@@ -5,10 +5,12 @@ use serde_json::{Value, json};
 use super::resources::{Builtin, ResourceDef};
 
 fn age(obj: &Value) -> String {
-    let Some(ts) = obj
-        .pointer("/metadata/creationTimestamp")
-        .and_then(Value::as_str)
-    else {
+    since(obj.pointer("/metadata/creationTimestamp"))
+}
+
+/// How long ago a timestamp was, as kubectl prints it.
+fn since(ts: Option<&Value>) -> String {
+    let Some(ts) = ts.and_then(Value::as_str) else {
         return "<unknown>".into();
     };
     let Ok(t) = ts.parse::<jiff::Timestamp>() else {
@@ -46,6 +48,13 @@ fn columns(res: &ResourceDef) -> Vec<(&'static str, String)> {
             ("Name", "".into()),
             ("Status", "".into()),
             ("Age", "".into()),
+        ],
+        Some(Builtin::CoreEvent | Builtin::Event) => vec![
+            ("Last Seen", "".into()),
+            ("Type", "".into()),
+            ("Reason", "".into()),
+            ("Object", "".into()),
+            ("Message", "".into()),
         ],
         Some(Builtin::Pod) => vec![
             ("Name", "".into()),
@@ -104,7 +113,7 @@ fn cells(res: &ResourceDef, o: &Value) -> Vec<Value> {
             let text = match *name {
                 "Name" => s(o.pointer("/metadata/name")),
                 "Age" => age(o),
-                "Type" => s(o.pointer("/spec/type")),
+                "Type" => s(o.pointer("/spec/type").or(o.get("type"))),
                 "Cluster-IP" => s(o.pointer("/spec/clusterIP")),
                 "External-IP" => {
                     let ips: Vec<String> = o
@@ -169,6 +178,27 @@ fn cells(res: &ResourceDef, o: &Value) -> Vec<Value> {
                     }
                 }
                 "Node" => s(o.pointer("/spec/nodeName")),
+                "Last Seen" => {
+                    let at = [
+                        "/series/lastObservedTime",
+                        "/lastTimestamp",
+                        "/deprecatedLastTimestamp",
+                        "/eventTime",
+                    ]
+                    .iter()
+                    .find_map(|p| o.pointer(p).filter(|v| v.is_string()));
+                    since(at.or(o.pointer("/metadata/creationTimestamp")))
+                }
+                "Reason" => s(o.get("reason")),
+                "Object" => {
+                    let r = o
+                        .get("involvedObject")
+                        .or(o.get("regarding"))
+                        .cloned()
+                        .unwrap_or_default();
+                    format!("{}/{}", s(r.get("kind")).to_lowercase(), s(r.get("name")))
+                }
+                "Message" => s(o.get("message").or(o.get("note"))),
                 _ if path == ".metadata.creationTimestamp" => age(o),
                 _ => {
                     let p = format!("/{}", path.trim_start_matches('.').replace('.', "/"));
