@@ -5,11 +5,13 @@
 //! - [`v1beta1`]: the custom resources (kube `CustomResource` + schemars, with CEL rules).
 //! - [`names`]: annotations, labels, field managers and finalizers.
 //! - [`selector`]: label selector matching with Kubernetes semantics.
+//! - [`service`]: what FerroLB reads from a core `Service`.
 //! - [`validate`]: rules that span objects (overlapping pools, dangling references).
 //! - [`crd`]: the CRD YAML that `crdgen` writes into the Helm chart.
 
 pub mod crd;
 pub mod names;
 pub mod selector;
+pub mod service;
 pub mod v1beta1;
 pub mod validate;

@@ -1,7 +1,6 @@
 //! Kubernetes objects to the allocator's plain data and back. Pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{IPAddressPool, IpMode as ApiIpMode};
@@ -26,16 +25,7 @@ pub struct ClassFilter {
 impl ClassFilter {
     /// Whether `svc` is a LoadBalancer Service this controller must give addresses to.
     pub fn is_ours(&self, svc: &Service) -> bool {
-        let Some(spec) = &svc.spec else { return false };
-        if spec.type_.as_deref() != Some("LoadBalancer")
-            || svc.metadata.deletion_timestamp.is_some()
-        {
-            return false;
-        }
-        match spec.load_balancer_class.as_deref() {
-            None => !self.ignore_unclassed,
-            Some(class) => class == self.class,
-        }
+        ferrolb_api::service::handled(svc, &self.class, self.ignore_unclassed)
     }
 }
 
@@ -91,18 +81,6 @@ pub fn pool_from_api(
     }
 }
 
-/// The addresses a Service shows in `status.loadBalancer.ingress` now.
-pub fn current_ips(svc: &Service) -> Vec<IpAddr> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref()?.parse().ok())
-        .collect()
-}
-
 /// The allocator's view of a Service. Fails when its annotations are contradictory (an error
 /// on the Service, not a guess).
 pub fn request_from_service(
@@ -154,7 +132,7 @@ pub fn request_from_service(
             Some("RequireDualStack") => FamilyPolicy::RequireDualStack,
             _ => FamilyPolicy::SingleStack,
         },
-        current_ips: current_ips(svc),
+        current_ips: ferrolb_api::service::ingress_ips(svc),
     })
 }
 

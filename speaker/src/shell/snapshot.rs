@@ -309,14 +309,6 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(total))
 }
 
-/// Is this Service one FerroLB handles (type LoadBalancer, our class or none)?
-pub fn handled(svc: &Service, class: &str) -> bool {
-    svc.spec.as_ref().is_some_and(|s| {
-        s.type_.as_deref() == Some("LoadBalancer")
-            && s.load_balancer_class.as_deref().is_none_or(|c| c == class)
-    })
-}
-
 /// The name of a per-node status object for a Service: `<service>.<namespace>.<node>`,
 /// shortened with a hash when it would pass the 253-character limit.
 pub fn status_object_name(namespace: &str, service: &str, node: &str) -> String {
