@@ -1,0 +1,238 @@
+//! Issue 6's acceptance for layer 2, with the real `ferrolb-speaker` on three node namespaces
+//! joined by one bridge, and a client namespace that asks with `arping` and `ndisc6` as a user
+//! would. The test API server listens on the bridge; Services, their status, EndpointSlices,
+//! Nodes and advertisements are written through kube clients (no controller).
+//!
+//! Each test builds its own network (tests run in parallel) and waits for the speakers' gossip to
+//! see all three members before it creates anything, so ownership is never computed from a
+//! partial view. Skipped with a printed reason when not root, when `arping`/`ndisc6` are missing
+//! or when the speaker is not built; `FERROLB_REQUIRE_BINARIES=1` turns those into failures.
+
+mod speaker_support;
+
+use std::net::IpAddr;
+
+use ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB;
+use ferrolb_tests::netns::topology::NODE_NAMES;
+use serde_json::json;
+use speaker_support::{
+    Cluster, POOL, endpoints, network_unavailable, node_label, put_ferrolb, service, service_events,
+};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an address")
+}
+
+/// Starts the cluster and waits for gossip; `None` when skipped.
+fn cluster() -> Option<Cluster> {
+    let cluster = Cluster::start("fsl2")?;
+    cluster.wait_for_gossip();
+    Some(cluster)
+}
+
+/// An `L2Advertisement` named `l2` for the lab pool, with extra spec fields.
+fn advertise(cluster: &Cluster, extra: serde_json::Value) {
+    let mut spec = json!({ "ipAddressPools": [POOL] });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let client = cluster.client();
+    cluster.block(async move {
+        put_ferrolb(client, "L2Advertisement", "l2advertisements", "l2", spec).await
+    });
+}
+
+fn mac(cluster: &Cluster, node: usize) -> Vec<String> {
+    vec![cluster.topo.node_mac(node).expect("eth0 has a MAC")]
+}
+
+#[test]
+fn the_client_is_answered_by_exactly_the_owner_for_ipv4_and_ipv6_and_by_nobody_for_an_unheld_address()
+ {
+    let Some(c) = cluster() else { return };
+    let (v4, v6) = (ip("10.99.0.100"), ip("fd00:99::100"));
+    advertise(&c, json!({}));
+    let client = c.client();
+    c.block(async move {
+        service(client.clone(), "web", &[v4, v6], false).await;
+        endpoints(client, "web", &[("node-b", true)]).await;
+    });
+    for addr in [v4, v6] {
+        let owner = c.wait_for_owner(addr, |_| true);
+        assert_eq!(
+            c.wait_for_answers(addr, &mac(&c, owner)),
+            mac(&c, owner),
+            "answers for {addr}, owned by {}",
+            NODE_NAMES[owner]
+        );
+    }
+    // Addresses of the pool that no Service holds: nobody answers.
+    for unheld in [ip("10.99.0.105"), ip("fd00:99::105")] {
+        assert_eq!(
+            c.topo.who_answers(unheld).unwrap(),
+            Vec::<String>::new(),
+            "answers for {unheld}"
+        );
+    }
+    // The owners, and only they, said so with a `nodeAssigned` Event on the Service.
+    let mut owners: Vec<String> = [v4, v6].iter().flat_map(|a| c.owners(*a)).collect();
+    owners.sort();
+    owners.dedup();
+    let client = c.client();
+    let mut reporters = c
+        .block(async move { service_events(client, "web").await })
+        .remove("nodeAssigned")
+        .unwrap_or_default();
+    reporters.sort();
+    reporters.dedup();
+    assert_eq!(reporters, owners, "nodeAssigned Events");
+}
+
+#[test]
+fn with_external_traffic_policy_local_the_owner_has_a_ready_endpoint_and_follows_it() {
+    let Some(c) = cluster() else { return };
+    let addr = ip("10.99.0.101");
+    advertise(&c, json!({}));
+    let client = c.client();
+    c.block(async move {
+        service(client.clone(), "local", &[addr], true).await;
+        // node-a runs an endpoint that is not ready: only node-c may own the address.
+        endpoints(client, "local", &[("node-a", false), ("node-c", true)]).await;
+    });
+    let owner = c.wait_for_owner(addr, |n| n == "node-c");
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+    for (to, moved) in [("node-a", 0), ("node-b", 1)] {
+        let client = c.client();
+        c.block(async move {
+            endpoints(client, "local", &[(to, true), ("node-c", false)]).await;
+        });
+        c.wait_for_owner(addr, |n| n == to);
+        assert_eq!(
+            c.wait_for_answers(addr, &mac(&c, moved)),
+            mac(&c, moved),
+            "after the endpoint moved to {to}"
+        );
+    }
+}
+
+#[test]
+fn excluded_and_network_unavailable_nodes_hand_the_address_to_an_eligible_node() {
+    let Some(c) = cluster() else { return };
+    let addr = ip("10.99.0.102");
+    advertise(&c, json!({}));
+    let client = c.client();
+    c.block(async move {
+        service(client.clone(), "web", &[addr], false).await;
+        endpoints(client, "web", &[("node-a", true)]).await;
+    });
+    let first = c.wait_for_owner(addr, |_| true);
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, first)), mac(&c, first));
+
+    let client = c.client();
+    c.block(async move {
+        node_label(
+            client,
+            NODE_NAMES[first],
+            EXCLUDE_FROM_EXTERNAL_LB,
+            Some(""),
+        )
+        .await;
+    });
+    let second = c.wait_for_owner(addr, |n| n != NODE_NAMES[first]);
+    assert_eq!(
+        c.wait_for_answers(addr, &mac(&c, second)),
+        mac(&c, second),
+        "after excluding {}",
+        NODE_NAMES[first]
+    );
+
+    let client = c.client();
+    c.block(async move { network_unavailable(client, NODE_NAMES[second], true).await });
+    let third = c.wait_for_owner(addr, |n| n != NODE_NAMES[first] && n != NODE_NAMES[second]);
+    assert_eq!(
+        c.wait_for_answers(addr, &mac(&c, third)),
+        mac(&c, third),
+        "after {} became NetworkUnavailable",
+        NODE_NAMES[second]
+    );
+
+    // Both nodes eligible again: the address returns to the node that ranked first.
+    let client = c.client();
+    c.block(async move {
+        node_label(
+            client.clone(),
+            NODE_NAMES[first],
+            EXCLUDE_FROM_EXTERNAL_LB,
+            None,
+        )
+        .await;
+        network_unavailable(client, NODE_NAMES[second], false).await;
+    });
+    c.wait_for_owner(addr, |n| n == NODE_NAMES[first]);
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, first)), mac(&c, first));
+}
+
+/// Plugs a second port, `eth1` (no address), of every node into the bridge.
+fn plug_second_ports(c: &Cluster) {
+    for (i, node) in c.topo.nodes.iter().enumerate() {
+        let port = format!("q{i}");
+        c.topo
+            .switch
+            .ip(&[
+                "link",
+                "add",
+                &port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth1",
+                "netns",
+                node.name(),
+            ])
+            .expect("veth to the bridge");
+        c.topo
+            .switch
+            .ip(&["link", "set", &port, "master", "br0", "up"])
+            .expect("port on the bridge");
+        node.ip(&["link", "set", "eth1", "up"]).expect("eth1 up");
+    }
+}
+
+#[test]
+fn l2_advertisement_node_selectors_pick_the_answering_nodes_and_interfaces_the_answering_port() {
+    let Some(c) = cluster() else { return };
+    plug_second_ports(&c);
+    let (v4, v6) = (ip("10.99.0.103"), ip("fd00:99::103"));
+    let only =
+        |node: &str| json!({"nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": node}}]});
+    advertise(&c, only("node-b"));
+    let client = c.client();
+    c.block(async move {
+        service(client.clone(), "web", &[v4, v6], false).await;
+        endpoints(client, "web", &[("node-a", true)]).await;
+    });
+    for (node, i) in [("node-b", 1), ("node-c", 2)] {
+        advertise(&c, only(node));
+        for addr in [v4, v6] {
+            c.wait_for_owner(addr, |n| n == node);
+            assert_eq!(
+                c.wait_for_answers(addr, &mac(&c, i)),
+                mac(&c, i),
+                "answers for {addr} with nodeSelectors selecting {node}"
+            );
+        }
+    }
+    // `interfaces: [eth1]`: node-c answers from its eth1 port, and no longer from eth0.
+    let mut spec = only("node-c");
+    spec["interfaces"] = json!(["eth1"]);
+    advertise(&c, spec);
+    let eth1 = vec![c.topo.node(2).mac("eth1").expect("eth1 has a MAC")];
+    for addr in [v4, v6] {
+        assert_eq!(
+            c.wait_for_answers(addr, &eth1),
+            eth1,
+            "answers for {addr} with interfaces [eth1]"
+        );
+    }
+}
