@@ -225,7 +225,7 @@ fn down_quietly() -> (Option<String>, Vec<String>) {
         if pid != std::process::id().to_string() && is_lab_process(&pid) {
             let _ = netns::run(&["kill", "-TERM", &pid]);
             for _ in 0..50 {
-                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                if !is_lab_process(&pid) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -237,8 +237,15 @@ fn down_quietly() -> (Option<String>, Vec<String>) {
     (stopped, topology::remove(PREFIX))
 }
 
+/// Whether `pid` is a live (not zombie) `ferrolb-lab` process.
 fn is_lab_process(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "ferrolb-lab")
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // stat: `PID (COMM) STATE ...`
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    comm.trim() == "ferrolb-lab" && !matches!(state, Some("Z") | Some("X") | None)
 }
 
 /// On SIGINT or SIGTERM: with `--keep`, the first signal asks `main` to stop the lab (it polls
