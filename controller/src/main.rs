@@ -3,9 +3,11 @@
 //!
 //! ```text
 //!  main ─┬─ leader::lease::run ── Lease (resourceVersion-guarded) ──► Leadership
-//!        ├─ watchers ─► reflector stores ─► trigger (Notify)
+//!        ├─ watchers ─► reflector stores ─► Dirty (one Service, or All) ─► mpsc
 //!        ├─ telemetry::serve  (/metrics /healthz /readyz)
-//!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass on every trigger
+//!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
+//!                 pass(changed Services) per batch of changes; pass(All) every 30 s and
+//!                 whenever pools or namespaces change; every write re-checks leadership
 //! ```
 
 use std::net::SocketAddr;
@@ -216,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
             let mut controller = match Controller::start(
                 client.clone(),
                 settings.clone(),
+                leadership.clone(),
                 metrics.clone(),
                 recorder.clone(),
                 &stores.namespaces,

@@ -39,6 +39,7 @@ use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
 use crate::convert::{
     ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
 };
+use crate::leader::lease::Leadership;
 use crate::metrics::{AssignedLabels, Metrics, PoolLabels, ReasonLabels};
 
 /// Read-only views of the cluster, kept current by watchers.
@@ -116,6 +117,7 @@ struct WriteResult {
 pub struct Controller {
     client: Client,
     settings: Settings,
+    leadership: Leadership,
     metrics: Metrics,
     recorder: Recorder,
     allocator: Allocator,
@@ -142,6 +144,7 @@ impl Controller {
     pub async fn start(
         client: Client,
         settings: Settings,
+        leadership: Leadership,
         metrics: Metrics,
         recorder: Recorder,
         namespaces: &Store<Namespace>,
@@ -169,6 +172,7 @@ impl Controller {
         Ok(Self {
             client,
             settings,
+            leadership,
             metrics,
             recorder,
             allocator,
@@ -381,11 +385,22 @@ impl Controller {
         let client = self.client.clone();
         let recorder = self.recorder.clone();
         let total = writes.len();
+        let leadership = self.leadership.clone();
         let results: Vec<WriteResult> = futures::stream::iter(writes)
             .map(|w| {
                 let client = client.clone();
                 let recorder = recorder.clone();
+                let leadership = leadership.clone();
                 async move {
+                    // Checked before every write, not once per pass: a pass can outlast the
+                    // renew deadline, and a replica that lost the Lease must not write.
+                    if !leadership.is_leader() {
+                        return WriteResult {
+                            status_of: None,
+                            ok: false,
+                            operation: "not_leader",
+                        };
+                    }
                     match w {
                         Write::Status {
                             key,
