@@ -411,9 +411,16 @@ fn resource(
         }
         let rx = watch::start(&shared.state, &ctx, shared.close_watches.subscribe())?;
         let meta_only = accept.contains("as=PartialObjectMetadata");
+        let as_table = accept.contains("as=Table");
+        let res = ctx.res.clone();
+        let mut first = true;
         let stream = rx.map(move |line| {
             let line = if meta_only {
                 metadata_only_line(&line)
+            } else if as_table {
+                let out = table_line(&res, &line, first);
+                first = false;
+                out
             } else {
                 line
             };
@@ -504,6 +511,26 @@ fn metadata_only_list(list: Value) -> Value {
         .map(|i| metadata_only(i.clone()))
         .collect();
     json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": list["metadata"], "items": items})
+}
+
+/// A watch event for `kubectl get -w`: the object becomes a one-row Table (column definitions in the
+/// first event only, as kube-apiserver sends them).
+fn table_line(res: &crate::apiserver::resources::ResourceDef, line: &str, first: bool) -> String {
+    match serde_json::from_str::<Value>(line) {
+        Ok(mut ev) if ev["type"] != "ERROR" && ev["type"] != "BOOKMARK" => {
+            let mut t = table::table(
+                res,
+                std::slice::from_ref(&ev["object"]),
+                json!({"resourceVersion": ev["object"]["metadata"]["resourceVersion"]}),
+            );
+            if !first {
+                t["columnDefinitions"] = json!([]);
+            }
+            ev["object"] = t;
+            format!("{ev}\n")
+        }
+        _ => line.to_string(),
+    }
 }
 
 fn metadata_only_line(line: &str) -> String {
