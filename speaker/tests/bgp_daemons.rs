@@ -199,7 +199,8 @@ fn peer_json(ibgp: bool, password: Option<&str>, graceful_restart: bool) -> serd
         "router_id": null, "hold_time": {"secs": 90, "nanos": 0}, "keepalive_time": null,
         "connect_retry": {"secs": 1, "nanos": 0}, "ebgp_multihop": false,
         "password": password, "graceful_restart": graceful_restart,
-        "next_hop_v4": null, "next_hop_v6": SPEAKER_V6,
+        // No IPv6 next hop configured: the speaker finds fd00:99::1 on the session's interface.
+        "next_hop_v4": null, "next_hop_v6": null,
     })
 }
 

@@ -70,6 +70,7 @@ impl Harness {
         self.feed(Input::Connected {
             local: "10.99.0.1:40000".parse().unwrap(),
             remote: "10.99.0.2:179".parse().unwrap(),
+            other_family: None,
         })
     }
     fn open_confirm(&mut self, hold: u16) -> Vec<Output> {
@@ -468,6 +469,7 @@ fn reaching_established_resets_the_back_off() {
     h.feed(Input::Connected {
         local: "10.99.0.1:40000".parse().unwrap(),
         remote: "10.99.0.2:179".parse().unwrap(),
+        other_family: None,
     });
     h.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
     h.feed(Input::Received(keepalive()));
@@ -515,6 +517,7 @@ fn a_connection_completing_after_stop_is_closed() {
     let out = h.feed(Input::Connected {
         local: "10.99.0.1:40000".parse().unwrap(),
         remote: "10.99.0.2:179".parse().unwrap(),
+        other_family: None,
     });
     assert_eq!(out, vec![Output::Disconnect]);
     assert_eq!(h.s.state(), State::Idle);
@@ -643,6 +646,30 @@ fn ipv6_prefixes_over_an_ipv4_session_need_a_configured_next_hop() {
     h.established();
     let out = h.feed(Input::SetAdvertisements(vec![adv("fd00:99::1/128")]));
     assert_eq!(updates(&out), vec![(1, 0)]);
+}
+
+#[test]
+fn ipv6_prefixes_over_an_ipv4_session_use_the_interfaces_ipv6_address_by_default() {
+    let mut h = Harness::new(config());
+    h.feed(Input::SetAdvertisements(vec![adv("fd00:99:10::1/128")]));
+    h.feed(Input::Start);
+    h.feed(Input::Connected {
+        local: "10.99.0.1:40000".parse().unwrap(),
+        remote: "10.99.0.2:179".parse().unwrap(),
+        other_family: Some("fd00:99::1".parse().unwrap()),
+    });
+    h.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
+    let out = h.feed(Input::Received(keepalive()));
+    assert_eq!(updates(&out)[0], (1, 0));
+    let nh: std::net::Ipv6Addr = "fd00:99::1".parse().unwrap();
+    let sent: Vec<u8> = out
+        .iter()
+        .flat_map(|o| match o {
+            Output::Send(b) => b.clone(),
+            _ => vec![],
+        })
+        .collect();
+    assert!(sent.windows(16).any(|w| w == nh.octets()));
 }
 
 #[test]

@@ -24,6 +24,7 @@ fn session() -> (Session, Instant) {
         Input::Connected {
             local: "10.98.0.2:40000".parse().unwrap(),
             remote: "10.98.0.1:179".parse().unwrap(),
+            other_family: None,
         },
     );
     (s, now)

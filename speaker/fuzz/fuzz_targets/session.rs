@@ -25,6 +25,7 @@ fn session(established: bool) -> Session {
         Input::Connected {
             local: "10.99.0.1:40000".parse().unwrap(),
             remote: "10.99.0.2:179".parse().unwrap(),
+            other_family: None,
         },
     );
     if established {

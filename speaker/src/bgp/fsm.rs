@@ -79,6 +79,9 @@ pub enum Input {
         local: SocketAddr,
         /// The peer's end.
         remote: SocketAddr,
+        /// An address of the other family on the interface that carries `local`: the next hop
+        /// for that family's routes when the configuration names none.
+        other_family: Option<IpAddr>,
     },
     /// The TCP connection attempt failed.
     ConnectFailed,
@@ -178,6 +181,7 @@ pub struct Session {
     deadlines: [Option<Instant>; 3],
     rx: Vec<u8>,
     local: Option<SocketAddr>,
+    other_family: Option<IpAddr>,
     negotiated: Option<Negotiated>,
     desired: Routes,
     adj_rib_out: Routes,
@@ -194,6 +198,7 @@ impl Session {
             deadlines: [None; 3],
             rx: Vec::new(),
             local: None,
+            other_family: None,
             negotiated: None,
             desired: Routes::new(),
             adj_rib_out: Routes::new(),
@@ -240,7 +245,11 @@ impl Session {
                 }
             }
             Input::Stop(reason) => self.stop(reason, &mut out),
-            Input::Connected { local, remote: _ } => self.connected(now, local, &mut out),
+            Input::Connected {
+                local,
+                other_family,
+                ..
+            } => self.connected(now, local, other_family, &mut out),
             Input::ConnectFailed => {
                 if self.state == State::Connect {
                     self.failures += 1;
@@ -323,6 +332,7 @@ impl Session {
     fn reset_connection(&mut self) {
         self.rx = Vec::new();
         self.local = None;
+        self.other_family = None;
         self.negotiated = None;
         self.adj_rib_out.clear();
     }
@@ -350,7 +360,13 @@ impl Session {
         self.goto(State::Idle, out);
     }
 
-    fn connected(&mut self, now: Instant, local: SocketAddr, out: &mut Vec<Output>) {
+    fn connected(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        other_family: Option<IpAddr>,
+        out: &mut Vec<Output>,
+    ) {
         if self.state != State::Connect {
             // A connection we no longer want (stopped or timed out meanwhile).
             out.push(Output::Disconnect);
@@ -358,6 +374,7 @@ impl Session {
         }
         self.cancel_timer(Timer::ConnectRetry, out);
         self.local = Some(local);
+        self.other_family = other_family;
         let mut bytes = Vec::new();
         self.our_open(local).encode(&mut bytes);
         out.push(Output::Send(bytes));
@@ -584,14 +601,19 @@ impl Session {
     }
 
     fn encode_params(&self) -> EncodeParams {
-        let local = self.local.map(|l| l.ip());
-        let next_hop_v4 = self.config.next_hop_v4.or(match local {
-            Some(IpAddr::V4(a)) => Some(a),
-            _ => None,
+        // Configured, else the session's own address, else the interface's other-family one.
+        let candidates = [self.local.map(|l| l.ip()), self.other_family];
+        let next_hop_v4 = self.config.next_hop_v4.or_else(|| {
+            candidates.iter().find_map(|c| match c {
+                Some(IpAddr::V4(a)) => Some(*a),
+                _ => None,
+            })
         });
-        let next_hop_v6 = self.config.next_hop_v6.or(match local {
-            Some(IpAddr::V6(a)) if !a.is_unicast_link_local() => Some(a),
-            _ => None,
+        let next_hop_v6 = self.config.next_hop_v6.or_else(|| {
+            candidates.iter().find_map(|c| match c {
+                Some(IpAddr::V6(a)) if !a.is_unicast_link_local() => Some(*a),
+                _ => None,
+            })
         });
         EncodeParams {
             my_asn: self.config.my_asn,

@@ -155,7 +155,11 @@ impl PeerTask {
                                 let (r, w) = stream.into_split();
                                 task.reader = Some(r);
                                 task.writer = Some(w);
-                                Input::Connected { local, remote }
+                                Input::Connected {
+                                    local,
+                                    remote,
+                                    other_family: socket::other_family_address(local.ip()),
+                                }
                             }
                             _ => Input::ConnectFailed,
                         },

@@ -34,6 +34,23 @@ pub async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     socket.connect(remote).await
 }
 
+/// A global address of the other family on the interface that holds `local`: how a session
+/// over IPv4 finds the node's IPv6 next hop, and the other way round.
+pub fn other_family_address(local: IpAddr) -> Option<IpAddr> {
+    let iface = pnet::datalink::interfaces()
+        .into_iter()
+        .find(|i| i.ips.iter().any(|n| n.ip() == local))?;
+    iface
+        .ips
+        .iter()
+        .map(|n| n.ip())
+        .find(|ip| match (local, ip) {
+            (IpAddr::V4(_), IpAddr::V6(a)) => !a.is_loopback() && !a.is_unicast_link_local(),
+            (IpAddr::V6(_), IpAddr::V4(a)) => !a.is_loopback() && !a.is_link_local(),
+            _ => false,
+        })
+}
+
 /// Builds a Linux `struct tcp_md5sig` (linux/tcp.h): a 128-byte `sockaddr_storage` with the
 /// peer's address, flags, prefix length, key length, interface index and an 80-byte key.
 fn md5sig_bytes(peer: IpAddr, key: &[u8]) -> io::Result<[u8; 216]> {
