@@ -152,3 +152,28 @@ async fn an_overlapping_newer_pool_is_reported_not_ready_and_not_used() {
         .unwrap();
     assert!(ingress(&s4).is_empty(), "{:?}", ingress(&s4));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_stack_service_gets_one_address_per_family_in_its_family_order() {
+    let cluster = Cluster::start_dual_stack().await;
+    cluster
+        .create_pool("dual", &["10.99.15.0/28", "fd00:99:15::/124"], None)
+        .await;
+    let _controller = cluster.spawn_controller("c1");
+    cluster
+        .create_service_with("both", &[], |spec| {
+            spec.ip_family_policy = Some("RequireDualStack".into());
+            spec.ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
+        })
+        .await;
+    cluster
+        .create_service_with("v6-only", &[], |spec| {
+            spec.ip_families = Some(vec!["IPv6".into()]);
+        })
+        .await;
+    let both = wait_for_ingress(&cluster.client(), "both").await;
+    let ips: Vec<&str> = both.iter().map(|(ip, _)| ip.as_str()).collect();
+    assert_eq!(ips, ["fd00:99:15::", "10.99.15.0"]);
+    let v6 = wait_for_ingress(&cluster.client(), "v6-only").await;
+    assert_eq!(v6, vec![("fd00:99:15::1".to_string(), "VIP".to_string())]);
+}

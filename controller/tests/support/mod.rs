@@ -30,8 +30,19 @@ pub struct Cluster {
 impl Cluster {
     /// Starts the server and creates the `ferrolb-system` and `default` namespaces.
     pub async fn start() -> Self {
+        Self::start_with(ApiServerConfig::default()).await
+    }
+
+    /// Like [`Cluster::start`], on a dual-stack cluster (IPv4 and IPv6 Services).
+    pub async fn start_dual_stack() -> Self {
+        let mut config = ApiServerConfig::default();
+        config.cluster.service_cidr_v6 = Some("fd00:10:96::".parse().unwrap());
+        Self::start_with(config).await
+    }
+
+    async fn start_with(config: ApiServerConfig) -> Self {
         let crds = ferrolb_api::crd::chart_crd_dir();
-        let server = ApiServer::start(ApiServerConfig::default().with_crd_dir(crds))
+        let server = ApiServer::start(config.with_crd_dir(crds))
             .await
             .expect("test API server starts");
         let dir = tempfile::tempdir().unwrap();

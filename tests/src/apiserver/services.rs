@@ -59,6 +59,18 @@ impl Taken {
             })
     }
 
+    fn cluster_ip_v6(&mut self, cfg: &ClusterConfig) -> Option<String> {
+        let base = u128::from(cfg.service_cidr_v6?);
+        let start: u128 = rand::random_range(2..65535);
+        (0..65533u128)
+            .map(|i| 2 + (start - 2 + i) % 65533)
+            .map(|host| std::net::Ipv6Addr::from(base + host).to_string())
+            .find(|ip| !self.ips.contains(ip))
+            .inspect(|ip| {
+                self.ips.insert(ip.clone());
+            })
+    }
+
     fn node_port(&mut self, cfg: &ClusterConfig) -> Option<i64> {
         let (lo, hi) = (
             i64::from(cfg.node_port_range.0),
@@ -160,7 +172,9 @@ pub fn prepare(
                 .collect()
         })
         .unwrap_or_default();
-    if ty != "ExternalName" {
+    if ty != "ExternalName" && cfg.service_cidr_v6.is_some() {
+        dual_stack_families(spec, &policy, families, &mut errs);
+    } else if ty != "ExternalName" {
         if policy == "RequireDualStack" {
             errs.push(Cause::new("FieldValueInvalid", "Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services", Some("spec.ipFamilyPolicy".into())));
             if families.len() < 2 {
@@ -317,7 +331,8 @@ pub fn prepare(
         match (spec.get("clusterIP").cloned(), old_ip) {
             (None, Some(o)) => {
                 spec["clusterIP"] = o.clone();
-                spec["clusterIPs"] = json!([o]);
+                let old_ips = old.and_then(|v| v.pointer("/spec/clusterIPs")).cloned();
+                spec["clusterIPs"] = old_ips.unwrap_or_else(|| json!([o]));
             }
             (Some(new), Some(o)) if new != o => {
                 errs.push(Cause::new(
@@ -327,9 +342,22 @@ pub fn prepare(
                 ));
             }
             (None, None) => {
-                if let Some(ip) = taken.cluster_ip(cfg) {
-                    spec["clusterIP"] = json!(ip);
-                    spec["clusterIPs"] = json!([ip]);
+                let families: Vec<String> = spec["ipFamilies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f.as_str().map(str::to_string))
+                    .collect();
+                let ips: Vec<String> = families
+                    .iter()
+                    .filter_map(|f| match f.as_str() {
+                        "IPv6" => taken.cluster_ip_v6(cfg),
+                        _ => taken.cluster_ip(cfg),
+                    })
+                    .collect();
+                if let Some(first) = ips.first() {
+                    spec["clusterIP"] = json!(first);
+                    spec["clusterIPs"] = json!(ips);
                 }
             }
             (Some(ip), _) => {
@@ -423,4 +451,54 @@ pub fn validate_status(svc: &Value) -> Vec<Cause> {
         }
     }
     errs
+}
+
+/// IP families of a dual-stack cluster, as kube-apiserver defaults and validates them: no
+/// families means IPv4 (and IPv6 too when the policy asks for two); one family under a
+/// dual-stack policy gets the other added; two families need a dual-stack policy.
+fn dual_stack_families(
+    spec: &mut Value,
+    policy: &str,
+    families: Vec<String>,
+    errs: &mut Vec<Cause>,
+) {
+    let dual_policy = matches!(policy, "PreferDualStack" | "RequireDualStack");
+    for (i, f) in families.iter().enumerate() {
+        if f != "IPv4" && f != "IPv6" {
+            errs.push(Cause::new(
+                "FieldValueNotSupported",
+                format!("Unsupported value: {f:?}: supported values: \"IPv4\", \"IPv6\""),
+                Some(format!("spec.ipFamilies[{i}]")),
+            ));
+        }
+    }
+    if families.len() == 2 && families[0] == families[1] {
+        errs.push(Cause::new(
+            "FieldValueDuplicate",
+            format!("Duplicate value: {:?}", families[1]),
+            Some("spec.ipFamilies[1]".into()),
+        ));
+    }
+    if families.len() > 1 && !dual_policy {
+        errs.push(Cause::new(
+            "FieldValueInvalid",
+            format!("Invalid value: {policy:?}: must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"),
+            Some("spec.ipFamilyPolicy".into()),
+        ));
+    }
+    let mut families = if families.is_empty() {
+        vec!["IPv4".to_string()]
+    } else {
+        families
+    };
+    if dual_policy && families.len() == 1 {
+        let other = if families[0] == "IPv6" {
+            "IPv4"
+        } else {
+            "IPv6"
+        };
+        families.push(other.to_string());
+    }
+    spec["ipFamilyPolicy"] = json!(policy);
+    spec["ipFamilies"] = json!(families);
 }

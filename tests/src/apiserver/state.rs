@@ -16,6 +16,10 @@ pub struct ClusterConfig {
     pub service_cidr_base: Ipv4Addr,
     /// NodePort range, inclusive.
     pub node_port_range: (u16, u16),
+    /// IPv6 Service CIDR base (a /112 is used). `None`, the default, is an IPv4-only cluster
+    /// like the one the recorded fixtures come from; `Some` makes the cluster dual-stack
+    /// (IPv4 first), so IPv6 and dual-stack Services are accepted.
+    pub service_cidr_v6: Option<std::net::Ipv6Addr>,
 }
 
 impl Default for ClusterConfig {
@@ -23,6 +27,7 @@ impl Default for ClusterConfig {
         Self {
             service_cidr_base: Ipv4Addr::new(10, 0, 0, 0),
             node_port_range: (30000, 32767),
+            service_cidr_v6: None,
         }
     }
 }
