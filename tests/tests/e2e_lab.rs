@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_tests::lab::report;
+use ferrolb_tests::lab::report::{self, Fault};
 use ferrolb_tests::lab::{Lab, RouterKind, ServiceView};
 use ferrolb_tests::netns::topology::{NODE_NAMES, Topology};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
@@ -146,8 +146,13 @@ fn killing_the_owners_speaker_moves_the_address_to_a_surviving_node_within_secon
     };
     let services = addresses(&lab);
     let web = address_of(&services, "web");
-    let f = report::failover(&mut lab, "web", Duration::from_secs(15))
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
+    let f = report::failover(
+        &mut lab,
+        "web",
+        Fault::SpeakerKilled,
+        Duration::from_secs(15),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
     eprintln!("{}", report::render_failover(&f));
     assert_ne!(f.new_owner, f.old_owner);
     assert!(NODE_NAMES.contains(&f.new_owner.as_str()));
@@ -171,6 +176,49 @@ fn killing_the_owners_speaker_moves_the_address_to_a_surviving_node_within_secon
         f.bgp_withdrawn.is_some(),
         "routes through the dead node stayed"
     );
+}
+
+#[test]
+fn cutting_the_owner_off_the_segment_moves_the_address_and_withdraws_its_routes() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    addresses(&lab);
+    let f = report::failover(&mut lab, "web", Fault::NodeCutOff, Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
+    eprintln!("{}", report::render_failover(&f));
+    assert_ne!(f.new_owner, f.old_owner);
+    assert!(
+        f.elapsed < Duration::from_secs(5),
+        "failover took {:?}",
+        f.elapsed
+    );
+    // The router drops the dead node's routes when the BGP hold time (9 s) runs out.
+    let withdrawn = f
+        .bgp_withdrawn
+        .expect("routes through the cut-off node stayed");
+    assert!(
+        withdrawn < Duration::from_secs(12),
+        "withdrawn after {withdrawn:?}"
+    );
+    // Plugged back in, the node is answered through again.
+    report::restore(&mut lab, &f).unwrap();
+    let i = Topology::node_index(&f.old_owner).unwrap();
+    let back = IpAddr::from(ferrolb_tests::netns::topology::node_v4(i));
+    lab.wait(CONVERGE, "routes through the returning node", || {
+        lab.router
+            .kernel_routes()
+            .iter()
+            .any(|r| r.next_hops.contains(&back))
+            .then_some(())
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n{}\n{}",
+            lab.router.show_routes(),
+            lab.log_tail(&format!("speaker-{}.log", f.old_owner), 40)
+        )
+    });
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use ferrolb_tests::lab::report::{self, Failover};
+use ferrolb_tests::lab::report::{self, Failover, Fault};
 use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind, standin};
 use ferrolb_tests::netns::{self, topology};
 
@@ -177,11 +177,16 @@ fn run(lab: &mut Lab, args: &Args, started: Instant) -> anyhow::Result<()> {
     println!("ready after {:.1} s\n", started.elapsed().as_secs_f64());
     print!("{}", report::render(lab, &services)?);
     if !args.no_failover {
-        println!();
-        let f: Failover = report::failover(lab, "web", Duration::from_secs(30))?;
-        print!("{}", report::render_failover(&f));
-        lab.start_speaker(topology::Topology::node_index(&f.old_owner).unwrap_or(0))?;
-        println!("({}'s speaker restarted)", f.old_owner);
+        for fault in [Fault::SpeakerKilled, Fault::NodeCutOff] {
+            println!();
+            let f: Failover = report::failover(lab, "web", fault, Duration::from_secs(30))?;
+            print!("{}", report::render_failover(&f));
+            report::restore(lab, &f)?;
+            match fault {
+                Fault::SpeakerKilled => println!("({}'s speaker restarted)", f.old_owner),
+                Fault::NodeCutOff => println!("({} plugged back in)", f.old_owner),
+            }
+        }
     }
     Ok(())
 }

@@ -9,24 +9,46 @@ use super::standin::{self, SERVICE_PORT};
 use super::{Lab, Result, ServiceView};
 use crate::netns::topology::{NODE_NAMES, Topology, node_v4};
 
+/// What is done to the owner of an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Its speaker gets SIGKILL; the node stays up and keeps accepting the address's traffic,
+    /// as a node whose speaker crashed does.
+    SpeakerKilled,
+    /// Its port on the bridge goes down: the node (speaker included) vanishes from the segment,
+    /// as a node that loses power or its link does.
+    NodeCutOff,
+}
+
+impl Fault {
+    fn describe(self, node: &str) -> String {
+        match self {
+            Fault::SpeakerKilled => format!("SIGKILL to {node}'s speaker"),
+            Fault::NodeCutOff => format!("{node} cut off the segment (its bridge port down)"),
+        }
+    }
+}
+
 /// What a failover measurement saw.
 #[derive(Debug, Clone)]
 pub struct Failover {
+    /// What was done.
+    pub fault: Fault,
     /// The Service.
     pub service: String,
     /// Its address.
     pub address: IpAddr,
-    /// The owner whose speaker was killed.
+    /// The owner the fault hit.
     pub old_owner: String,
     /// The node that answered afterwards.
     pub new_owner: String,
-    /// From the SIGKILL to the first answer from the new owner, as the client saw it.
+    /// From the fault to the first answer from the new owner, as the client saw it.
     pub elapsed: Duration,
-    /// Requests made while waiting, and how many got no answer.
+    /// Requests made while waiting.
     pub attempts: usize,
-    /// Requests that got no answer.
+    /// Requests that got no answer (the outage, in probes).
     pub failures: usize,
-    /// From the SIGKILL until the router's kernel had no route through the killed node any
+    /// From the fault until the router's kernel had no route through the old owner's node any
     /// more (`None` when it had none before, or kept one past the limit).
     pub bgp_withdrawn: Option<Duration>,
 }
@@ -34,10 +56,10 @@ pub struct Failover {
 /// How often the failover probe asks.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(20);
 
-/// Kills the speaker of the layer-2 owner of `service`'s first address and measures how long
-/// the client on the segment goes on being answered by the old owner (whose node still holds
-/// the address, as a node whose speaker crashed does) until the new owner answers.
-pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failover> {
+/// Applies `fault` to the layer-2 owner of `service`'s first address and measures, from the
+/// client on the segment, the time until another node answers; meanwhile it measures how long
+/// the router keeps a route through the old owner. Leaves the fault in place: see [`restore`].
+pub fn failover(lab: &mut Lab, service: &str, fault: Fault, limit: Duration) -> Result<Failover> {
     let view = find(lab, service)?;
     let (address, _) = view.ingress[0];
     let owners = lab.wait_for_l2_owners(&[address], Duration::from_secs(20))?;
@@ -58,8 +80,11 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
             .any(|r| r.next_hops.contains(&hop))
     };
     let had_routes = routed_through(lab);
-    let killed_at = Instant::now();
-    lab.kill_speaker(index);
+    let fault_at = Instant::now();
+    match fault {
+        Fault::SpeakerKilled => lab.kill_speaker(index),
+        Fault::NodeCutOff => lab.topo.set_node_link(index, false)?,
+    }
     let lab = &*lab;
     let old = old_owner.clone();
     let (watched, bgp_withdrawn) = std::thread::scope(|s| {
@@ -67,9 +92,9 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
             if !had_routes {
                 return None;
             }
-            while killed_at.elapsed() < limit {
+            while fault_at.elapsed() < limit {
                 if !routed_through(lab) {
-                    return Some(killed_at.elapsed());
+                    return Some(fault_at.elapsed());
                 }
                 std::thread::sleep(PROBE_INTERVAL);
             }
@@ -78,6 +103,7 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
         let watched = standin::ask_until(
             lab.topo.client.name(),
             SocketAddr::new(address, SERVICE_PORT),
+            fault_at,
             PROBE_INTERVAL,
             limit,
             move |answer| answer != old,
@@ -89,6 +115,7 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
         after: limit,
     })?;
     Ok(Failover {
+        fault,
         service: service.into(),
         address,
         old_owner,
@@ -98,6 +125,15 @@ pub fn failover(lab: &mut Lab, service: &str, limit: Duration) -> Result<Failove
         failures: watched.failures,
         bgp_withdrawn,
     })
+}
+
+/// Undoes the fault of a [`failover`]: restarts the speaker, or plugs the node back in.
+pub fn restore(lab: &mut Lab, f: &Failover) -> Result<()> {
+    let index = Topology::node_index(&f.old_owner).expect("owner is a lab node");
+    match f.fault {
+        Fault::SpeakerKilled => lab.start_speaker(index),
+        Fault::NodeCutOff => Ok(lab.topo.set_node_link(index, true)?),
+    }
 }
 
 fn find(lab: &Lab, service: &str) -> Result<ServiceView> {
@@ -196,10 +232,10 @@ pub fn node_label(ip: IpAddr) -> String {
 /// The failover section of the report.
 pub fn render_failover(f: &Failover) -> String {
     let mut out = format!(
-        "== Failover: SIGKILL to {old}'s speaker, owner of {addr} ({svc})\n\
-         layer 2: the client on the segment was answered by {new} {ms:.0} ms after the kill \
-         ({att} requests every {iv} ms, {fail} unanswered; {old}'s node kept answering until then)\n",
-        old = f.old_owner,
+        "== Failover: {what}, owner of {addr} ({svc})\n\
+         layer 2: the client on the segment was answered by {new} {ms:.0} ms after the fault \
+         ({att} requests every {iv} ms, {fail} unanswered)\n",
+        what = f.fault.describe(&f.old_owner),
         addr = f.address,
         svc = f.service,
         new = f.new_owner,
@@ -208,13 +244,22 @@ pub fn render_failover(f: &Failover) -> String {
         iv = PROBE_INTERVAL.as_millis(),
         fail = f.failures,
     );
-    if let Some(d) = f.bgp_withdrawn {
-        let _ = writeln!(
-            out,
-            "BGP: the router stopped routing through {} {:.0} ms after the kill",
-            f.old_owner,
-            d.as_secs_f64() * 1000.0
-        );
+    match f.bgp_withdrawn {
+        Some(d) => {
+            let _ = writeln!(
+                out,
+                "BGP: the router stopped routing through {} {:.0} ms after the fault",
+                f.old_owner,
+                d.as_secs_f64() * 1000.0
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "BGP: the router still routed through {} at the end of the measurement",
+                f.old_owner
+            );
+        }
     }
     out
 }

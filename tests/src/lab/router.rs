@@ -329,11 +329,14 @@ pub fn parse_kernel_routes(text: &str) -> Vec<LearnedRoute> {
 fn bird_config() -> String {
     let mut c = format!(
         "# FerroLB lab router: learns the Service routes from every node, installs them.\n\
+         # After a session error BIRD refuses the peer for `error wait time` (60 s by default);\n\
+         # a node plugged back in should be peered again at once.\n\
          router id {rid};\n\
          protocol device {{ }}\n\
          protocol kernel k4 {{ ipv4 {{ export all; }}; merge paths on; }}\n\
          protocol kernel k6 {{ ipv6 {{ export all; }}; merge paths on; }}\n\
          template bgp node {{\n  local {rid} as {ROUTER_ASN};\n  passive on;\n  \
+         error wait time 1, 5;\n  \
          ipv4 {{ import all; export none; }};\n  ipv6 {{ import all; export none; }};\n}}\n",
         rid = RouterAddrs::SEGMENT_V4,
     );

@@ -83,7 +83,7 @@ pub fn ask(ns: &str, addr: SocketAddr, timeout: Duration) -> Result<String, NoAn
 /// What [`ask_until`] observed.
 #[derive(Debug, Clone)]
 pub struct Watched {
-    /// Time from the start of the call to the first answer that satisfied the predicate.
+    /// Time from `start` to the first answer that satisfied the predicate.
     pub elapsed: Duration,
     /// That answer.
     pub answer: String,
@@ -94,16 +94,16 @@ pub struct Watched {
 }
 
 /// Asks `addr` from `ns` every `interval` (each attempt with a connect timeout of `interval`)
-/// until an answer satisfies `done`, or `limit` passes (then `None`). The clock starts when the
-/// call starts, so a caller that kills a speaker just before calling measures failover.
+/// until an answer satisfies `done`, or `limit` after `start` passes (then `None`). Times are
+/// measured from `start`: the caller passes the instant of the fault it measures.
 pub fn ask_until(
     ns: &str,
     addr: SocketAddr,
+    start: Instant,
     interval: Duration,
     limit: Duration,
     done: impl Fn(&str) -> bool + Send + 'static,
 ) -> Option<Watched> {
-    let start = Instant::now();
     in_namespace(ns, move || {
         let (mut attempts, mut failures) = (0, 0);
         while start.elapsed() < limit {

@@ -248,6 +248,14 @@ impl Topology {
         Ok(())
     }
 
+    /// Takes node `i`'s port on the bridge down (`up == false`) or back up: the node drops off
+    /// the segment as if its cable were pulled, and keeps its addresses and routes.
+    pub fn set_node_link(&self, i: usize, up: bool) -> Result<()> {
+        let port = format!("p{i}");
+        let state = if up { "up" } else { "down" };
+        self.switch.ip(&["link", "set", &port, state]).map(drop)
+    }
+
     /// The MAC of node `i`'s `eth0`.
     pub fn node_mac(&self, i: usize) -> Result<String> {
         self.nodes[i].mac("eth0")
