@@ -85,10 +85,14 @@ fn the_controller_addresses_every_lab_service_and_the_stand_in_puts_them_on_the_
         .wait_for_addresses(Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("controller.log", 20)));
     let names: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["local-bgp", "local-l2", "web", "web-bgp"]);
+    assert_eq!(
+        names,
+        ["local-bgp", "local-l2", "proxied", "web", "web-bgp"]
+    );
     for s in &services {
         let (ip, mode) = &s.ingress[0];
-        assert_eq!(mode, "VIP");
+        let expected = if s.name == "proxied" { "Proxy" } else { "VIP" };
+        assert_eq!(mode, expected, "ipMode of {}", s.name);
         let in_pool = match s.pool.as_str() {
             "lab-l2" => ip.to_string().starts_with("10.99.0.10"),
             _ => ip.to_string().starts_with("10.99.2."),
