@@ -26,6 +26,16 @@ impl Taken {
             if let Some(ip) = s.pointer("/spec/clusterIP").and_then(Value::as_str) {
                 t.ips.insert(ip.to_string());
             }
+            // A dual-stack Service holds one address per family.
+            for ip in s
+                .pointer("/spec/clusterIPs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                t.ips.insert(ip.to_string());
+            }
             for p in s
                 .pointer("/spec/ports")
                 .and_then(Value::as_array)
@@ -501,4 +511,33 @@ fn dual_stack_families(
     }
     spec["ipFamilyPolicy"] = json!(policy);
     spec["ipFamilies"] = json!(families);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secondary_cluster_ips_count_as_taken() {
+        let other =
+            json!({"spec": {"clusterIP": "10.0.0.5", "clusterIPs": ["10.0.0.5", "fd00:10:96::7"]}});
+        let taken = Taken::from_services(std::iter::once(&other));
+        assert!(taken.ips.contains("fd00:10:96::7"));
+    }
+
+    #[test]
+    fn ipv4_only_cluster_rejects_require_dual_stack() {
+        let mut svc = json!({"metadata": {"name": "web"}, "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}});
+        let errs = prepare(
+            &mut svc,
+            None,
+            &mut Taken::default(),
+            &ClusterConfig::default(),
+        );
+        let fields: Vec<_> = errs
+            .iter()
+            .map(|c| c.field.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(fields, vec!["spec.ipFamilyPolicy", "spec.ipFamilies[1]"]);
+    }
 }

@@ -34,6 +34,9 @@ struct Args {
     /// Events kept per resource for watch replay.
     #[arg(long, default_value_t = 1000)]
     watch_cache_size: usize,
+    /// Base of an IPv6 Service CIDR (a /112), making the cluster dual-stack; IPv4-only without it.
+    #[arg(long)]
+    service_cidr_v6: Option<std::net::Ipv6Addr>,
 }
 
 #[tokio::main]
@@ -44,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
         watch_cache_size: args.watch_cache_size,
         ..Default::default()
     };
+    config.cluster.service_cidr_v6 = args.service_cidr_v6;
     for dir in &args.crds {
         config = config.with_crd_dir(dir);
     }
