@@ -526,6 +526,9 @@ impl Drop for Lab {
         self.kill_controller();
         self.standins.clear();
         self.api.take();
+        // The stand-in task on the runtime holds the topology too; remove the namespaces now
+        // rather than whenever its last reference goes.
+        crate::netns::topology::remove(&self.topo.prefix);
         if !self.keep_dir {
             let _ = std::fs::remove_dir_all(&self.config.dir);
         }
