@@ -44,6 +44,12 @@ struct Args {
     /// Directory holding ferrolb-controller and ferrolb-speaker (default: next to this binary).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
+    /// The manifests to load (default: the source tree's examples/lab).
+    #[arg(long)]
+    manifests: Option<PathBuf>,
+    /// The CRDs to serve (default: the source tree's charts/ferrolb/crds).
+    #[arg(long)]
+    crds: Option<PathBuf>,
     /// The subcommand (internal).
     #[command(subcommand)]
     command: Option<Cmd>,
@@ -51,7 +57,7 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Answer every TCP connection on PORT with NODE (the stand-in "pod"; run inside a node).
+    /// Answer every HTTP request on PORT with NODE (the stand-in "pod"; run inside a node).
     Serve {
         /// The node name to answer with.
         #[arg(long)]
@@ -113,7 +119,13 @@ fn lab_main() -> anyhow::Result<()> {
         lab: std::env::current_exe()?,
     };
     let dir = PathBuf::from(STATE_DIR);
-    let config = LabConfig::new(PREFIX, args.router, binaries, dir.clone());
+    let mut config = LabConfig::new(PREFIX, args.router, binaries, dir.clone());
+    if let Some(m) = &args.manifests {
+        config.manifests = m.clone();
+    }
+    if let Some(c) = &args.crds {
+        config.crds = c.clone();
+    }
     std::fs::create_dir_all(&dir).ok();
 
     // Ctrl-C (and SIGTERM from --down) while building or reporting: clean up, then exit.
