@@ -20,7 +20,7 @@ use ferrolb_api::names;
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
 use ferrolb_speaker::membership::{Gossip, GossipKey, MembershipConfig};
 use ferrolb_speaker::shell::metrics::Metrics;
-use ferrolb_speaker::shell::snapshot::{ClusterView, live_from_kubernetes, secret_value};
+use ferrolb_speaker::shell::snapshot::{ClusterView, live_from_kubernetes, secret_bytes};
 use ferrolb_speaker::shell::{Settings, Speaker};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use futures::StreamExt;
@@ -271,8 +271,8 @@ async fn main() -> anyhow::Result<()> {
 /// Starts gossip once the key Secret and this node's speaker Pod address are known; until then
 /// (or if it cannot start) liveness comes from the Kubernetes view.
 async fn start_gossip(args: &Args, view: &ClusterView) -> Option<Gossip> {
-    let key = secret_value(&view.secrets, &args.gossip_secret, "secretkey")?;
-    let key = GossipKey::new(key.into_bytes())?;
+    let key = secret_bytes(&view.secrets, &args.gossip_secret, "secretkey")?;
+    let key = GossipKey::new(key)?;
     let my_ip = own_pod_ip(view, &args.node_name)?;
     let bind = SocketAddr::new(my_ip, args.gossip_port);
     match Gossip::start(

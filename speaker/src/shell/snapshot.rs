@@ -270,15 +270,21 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
 
 /// The UTF-8 value of `key` in Secret `name` (from `data`, or `stringData` if a client left it).
 pub fn secret_value(secrets: &[Secret], name: &str, key: &str) -> Option<String> {
+    String::from_utf8(secret_bytes(secrets, name, key)?).ok()
+}
+
+/// The raw bytes of `key` in Secret `name` (from `data`, or `stringData` if a client left it).
+/// Keys are bytes: the chart generates the gossip key with 32 random bytes, rarely valid UTF-8.
+pub fn secret_bytes(secrets: &[Secret], name: &str, key: &str) -> Option<Vec<u8>> {
     let secret = secrets.iter().find(|s| s.name_any() == name)?;
     if let Some(v) = secret.data.as_ref().and_then(|d| d.get(key)) {
-        return String::from_utf8(v.0.clone()).ok();
+        return Some(v.0.clone());
     }
     secret
         .string_data
         .as_ref()
         .and_then(|d| d.get(key))
-        .cloned()
+        .map(|v| v.clone().into_bytes())
 }
 
 /// Parses Kubernetes-style durations (`90s`, `1m30s`, `500ms`, `1.5h`).
@@ -343,6 +349,25 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("ninety"), None);
         assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn a_binary_secret_key_is_read_as_bytes() {
+        let key: Vec<u8> = (0u8..32).map(|b| 0xf8 | (b & 7)).collect(); // never UTF-8
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ferrolb-memberlist"},
+            "data": {"secretkey": k8s_openapi::ByteString(key.clone())},
+        }))
+        .unwrap();
+        let secrets = [secret];
+        assert_eq!(
+            secret_bytes(&secrets, "ferrolb-memberlist", "secretkey"),
+            Some(key)
+        );
+        assert_eq!(
+            secret_value(&secrets, "ferrolb-memberlist", "secretkey"),
+            None
+        );
     }
 
     #[test]
