@@ -76,13 +76,11 @@ const fn call(
     }
 }
 
-const READ: &[&str] = &["get", "list", "watch"];
 const WATCH: &[&str] = &["list", "watch"];
 const EVENTS: &[&str] = &["create", "patch"];
 const PATCH: &[&str] = &["patch"];
-const OWN: &[&str] = &[
-    "get", "list", "watch", "create", "update", "patch", "delete",
-];
+/// What a speaker does with the status objects it owns (their status is a separate `PATCH`).
+const OWN: &[&str] = &["list", "create", "delete"];
 
 use Scope::{Cluster, InstallNamespace as Ns};
 
@@ -111,20 +109,22 @@ const CONTROLLER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "communities/status", PATCH),
 ];
 
-/// The API calls `ferrolb-speaker` makes.
+/// The API calls `ferrolb-speaker` makes (recorded from the binary by `recorded_calls`:
+/// reflectors list and watch; its own status objects are listed by node label, created empty,
+/// given their status with a merge patch of `/status`, and deleted when it stops announcing;
+/// Events go through kube's `Recorder`, which patches an Event that repeats).
 const SPEAKER_API_CALLS: &[ApiCall] = &[
-    call(Cluster, "", "services", READ),
-    call(Cluster, "discovery.k8s.io", "endpointslices", READ),
-    call(Cluster, "", "nodes", READ),
-    call(Cluster, "", "events", EVENTS),
+    call(Cluster, "", "services", WATCH),
+    call(Cluster, "discovery.k8s.io", "endpointslices", WATCH),
+    call(Cluster, "", "nodes", WATCH),
     call(Cluster, "events.k8s.io", "events", EVENTS),
-    call(Ns, "", "pods", READ),
-    call(Ns, "", "secrets", READ),
-    call(Ns, "ferrolb.io", "ipaddresspools", READ),
-    call(Ns, "ferrolb.io", "l2advertisements", READ),
-    call(Ns, "ferrolb.io", "bgpadvertisements", READ),
-    call(Ns, "ferrolb.io", "bgppeers", READ),
-    call(Ns, "ferrolb.io", "communities", READ),
+    call(Ns, "", "pods", WATCH),
+    call(Ns, "", "secrets", WATCH),
+    call(Ns, "ferrolb.io", "ipaddresspools", WATCH),
+    call(Ns, "ferrolb.io", "l2advertisements", WATCH),
+    call(Ns, "ferrolb.io", "bgpadvertisements", WATCH),
+    call(Ns, "ferrolb.io", "bgppeers", WATCH),
+    call(Ns, "ferrolb.io", "communities", WATCH),
     call(Ns, "ferrolb.io", "servicel2statuses", OWN),
     call(Ns, "ferrolb.io", "servicel2statuses/status", PATCH),
     call(Ns, "ferrolb.io", "servicebgpstatuses", OWN),

@@ -7,9 +7,11 @@ and the API calls recorded from the binaries are to be compared with that table.
               status and their allocated-from-pool annotation, the Ready condition of pools,
               advertisements and communities; takes the leader Lease; records Events
               (events.k8s.io, through kube's Recorder).
-  speaker:    reads what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds), finds
-              the other speakers (Pods) and the gossip and BGP password Secrets in its namespace,
-              writes ServiceL2Status / ServiceBGPStatus, records Events.
+  speaker:    watches what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds),
+              the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
+              lists, creates and deletes its ServiceL2Status / ServiceBGPStatus objects and merge
+              patches their status; records Events (events.k8s.io, through kube's Recorder, which
+              patches an Event that repeats).
 */}}
 
 {{/* Controller, cluster-wide (ClusterRole). */}}
@@ -45,11 +47,11 @@ and the API calls recorded from the binaries are to be compared with that table.
 {{- define "ferrolb.rules.speaker.cluster" -}}
 - apiGroups: [""]
   resources: [services, nodes]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
-  verbs: [get, list, watch]
-- apiGroups: ["", events.k8s.io]
+  verbs: [list, watch]
+- apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
 {{- end -}}
@@ -58,13 +60,13 @@ and the API calls recorded from the binaries are to be compared with that table.
 {{- define "ferrolb.rules.speaker.namespace" -}}
 - apiGroups: [""]
   resources: [pods, secrets]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [ferrolb.io]
   resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [ferrolb.io]
   resources: [servicel2statuses, servicebgpstatuses]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [list, create, delete]
 - apiGroups: [ferrolb.io]
   resources: [servicel2statuses/status, servicebgpstatuses/status]
   verbs: [patch]

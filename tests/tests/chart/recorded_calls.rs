@@ -1,33 +1,50 @@
-//! The real controller, started with the arguments and environment the chart renders, against the
-//! test API server: every call it makes must be granted by the rendered RBAC, and the table of
-//! calls the chart is checked against must be the calls it makes.
+//! The real controller and speaker, started with the arguments and environment the chart renders,
+//! against the test API server: every call each makes must be granted by the rendered RBAC, and
+//! the table of calls the chart is checked against must be the calls it makes.
 //!
 //! Only `--metrics-addr` (a free loopback port, tests run in parallel) and `--kubeconfig` (there is
 //! no in-cluster configuration here) differ from the chart; downward-API variables get the values
-//! the kubelet would give.
+//! the kubelet would give. The speaker runs in a node namespace of the lab's network (it opens
+//! raw sockets and BGP sessions from the node's addresses), so its half needs root.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, RequestRecord};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle, RequestRecord};
+use ferrolb_tests::lab::{API_PORT, manifests};
+use ferrolb_tests::netns::topology::API_V4;
+use ferrolb_tests::netns::{self, Topology};
+use k8s_openapi::api::core::v1::{Container, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use serde_json::json;
 
-use super::render::{Objects, chart_dir, only_container, variant, workspace};
-use super::{ApiCall, CONTROLLER_API_CALLS, NAMESPACE, Scope};
+use super::render::{Objects, chart_dir, flag, only_container, variant, workspace};
+use super::{ApiCall, CONTROLLER_API_CALLS, NAMESPACE, SPEAKER_API_CALLS, Scope};
 
-/// Calls in the controller's table that this scenario does not provoke, and why.
-const NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[(
+/// Calls in the controller's table that its scenario does not provoke, and why.
+const CONTROLLER_NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[(
     "events.k8s.io",
     "events",
     "patch",
     "an Event is patched only when the same Event repeats",
 )];
 
-/// How long the controller gets to make every call the scenario provokes.
+/// Calls in the speaker's table that its scenario does not provoke, and why. (Its scenario makes
+/// the `nodeAssigned` Event repeat, so the Event patch is provoked.)
+const SPEAKER_NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[];
+
+/// How long a binary gets to make every call a step of the scenario provokes.
 const SETTLE: Duration = Duration::from_secs(30);
+
+/// The node the speaker runs on.
+const NODE: &str = "node-a";
 
 /// One recorded call in RBAC terms.
 type Call = (String, String, String);
@@ -42,28 +59,54 @@ impl Drop for Running {
     }
 }
 
-/// The `ferrolb-controller` that cargo built next to this test, when it is newer than its
-/// sources. Building it from here would make cargo resolve features for the controller alone and
-/// rebuild shared dependencies back and forth; `cargo test --workspace` builds it anyway.
-fn controller_binary() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let binary = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .ok_or("no target directory")?
-        .join("ferrolb-controller");
-    let built = std::fs::metadata(&binary)
-        .and_then(|m| m.modified())
-        .map_err(|_| format!("{} is not built", binary.display()))?;
-    let sources = ["controller/src", "api/src", "Cargo.lock"].map(|p| workspace().join(p));
-    if sources.iter().any(|s| newer_than(s, built)) {
-        return Err(format!("{} is older than its sources", binary.display()));
+fn require_binaries() -> bool {
+    std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1")
+}
+
+/// Prints why the test is skipped, or fails with it under `FERROLB_REQUIRE_BINARIES=1`.
+fn skip<T>(why: &str) -> Option<T> {
+    if require_binaries() {
+        panic!("{why}");
     }
-    Ok(binary)
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// The binary `name` that cargo built next to this test, when it is newer than `sources`.
+/// Building it from here would make cargo resolve features for that crate alone and rebuild
+/// shared dependencies back and forth; `cargo test --workspace` builds it anyway.
+fn built_binary(name: &str, sources: &[&str]) -> Option<PathBuf> {
+    let found = (|| {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let binary = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .ok_or("no target directory")?
+            .join(name);
+        let built = std::fs::metadata(&binary)
+            .and_then(|m| m.modified())
+            .map_err(|_| format!("{} is not built", binary.display()))?;
+        if sources
+            .iter()
+            .chain(&["api/src", "Cargo.lock"])
+            .any(|s| newer_than(&workspace().join(s), built))
+        {
+            return Err(format!("{} is older than its sources", binary.display()));
+        }
+        Ok(binary)
+    })();
+    found
+        .or_else(|why: String| {
+            skip(&format!(
+                "{why}; run `cargo build -p {name}` first (`cargo test --workspace` does)"
+            ))
+            .ok_or(())
+        })
+        .ok()
 }
 
 /// Whether `path`, or any file below it, was modified after `time`.
-fn newer_than(path: &std::path::Path, time: std::time::SystemTime) -> bool {
+fn newer_than(path: &Path, time: std::time::SystemTime) -> bool {
     let Ok(meta) = std::fs::metadata(path) else {
         return false;
     };
@@ -74,20 +117,68 @@ fn newer_than(path: &std::path::Path, time: std::time::SystemTime) -> bool {
     meta.modified().is_ok_and(|m| m > time)
 }
 
+/// `program` (possibly behind `ip netns exec NS`) with the container's rendered arguments and
+/// environment, `--metrics-addr` moved to a free loopback port and `--kubeconfig` added.
+/// `downward` gives the value of each downward-API field the chart reads.
+fn as_rendered(
+    program: &[OsString],
+    container: &Container,
+    kubeconfig: &Path,
+    downward: &[(&str, &str)],
+) -> Command {
+    let mut command = Command::new(&program[0]);
+    command.args(&program[1..]);
+    for arg in container.args.iter().flatten() {
+        match arg.split_once('=') {
+            Some(("--metrics-addr", _)) => command.arg("--metrics-addr=127.0.0.1:0"),
+            _ => command.arg(arg),
+        };
+    }
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .env_remove("KUBECONFIG");
+    for var in container.env.iter().flatten() {
+        let field = var.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+        let value = match field.map(|f| f.field_path.as_str()) {
+            Some(path) => downward
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map(|(_, v)| (*v).to_owned())
+                .unwrap_or_else(|| {
+                    panic!("the chart reads {path} from the downward API; map it here")
+                }),
+            None => var.value.clone().unwrap_or_default(),
+        };
+        command.env(&var.name, value);
+    }
+    command.stdout(Stdio::null()).stderr(Stdio::inherit());
+    command
+}
+
 fn dynamic(group: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
 }
 
-async fn create(client: &kube::Client, resource: &ApiResource, object: serde_json::Value) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, resource);
+async fn create(
+    client: &kube::Client,
+    kind: &str,
+    plural: &str,
+    name: &str,
+    spec: serde_json::Value,
+) {
+    let resource = dynamic("ferrolb.io", kind, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
+    let object = json!({
+        "apiVersion": "ferrolb.io/v1beta1", "kind": kind,
+        "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec,
+    });
     let object: DynamicObject = serde_json::from_value(object).expect("a valid object");
     api.create(&PostParams::default(), &object)
         .await
         .expect("the test API server accepts it");
 }
 
-/// The configuration and Service the controller is to work on.
-async fn seed(client: &kube::Client) {
+async fn create_namespace(client: &kube::Client) {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     // The server starts with `default`; the install namespace is ours to make.
     let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
@@ -95,21 +186,32 @@ async fn seed(client: &kube::Client) {
         .create(&PostParams::default(), &ns)
         .await
         .expect("namespace created");
-    let meta = |name: &str| json!({"name": name, "namespace": NAMESPACE});
-    let pool = dynamic("ferrolb.io", "IPAddressPool", "ipaddresspools");
-    let spec = json!({"addresses": ["10.99.7.0/28"]});
-    create(client, &pool, json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "IPAddressPool", "metadata": meta("pool"), "spec": spec})).await;
-    let l2 = dynamic("ferrolb.io", "L2Advertisement", "l2advertisements");
-    let spec = json!({"ipAddressPools": ["pool"]});
-    create(client, &l2, json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "L2Advertisement", "metadata": meta("l2"), "spec": spec})).await;
-    let bgp = dynamic("ferrolb.io", "BGPAdvertisement", "bgpadvertisements");
+}
+
+/// The configuration the binaries work on: a pool announced over layer 2 and BGP with a
+/// community alias, and a Service. `address` is the pool (a range or CIDR).
+async fn seed_configuration(client: &kube::Client, address: &str) {
+    create(
+        client,
+        "IPAddressPool",
+        "ipaddresspools",
+        "pool",
+        json!({"addresses": [address]}),
+    )
+    .await;
+    create(
+        client,
+        "L2Advertisement",
+        "l2advertisements",
+        "l2",
+        json!({"ipAddressPools": ["pool"]}),
+    )
+    .await;
     let spec = json!({"ipAddressPools": ["pool"], "communities": ["no-export-here"]});
-    create(client, &bgp, json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "BGPAdvertisement", "metadata": meta("bgp"), "spec": spec})).await;
-    let community = dynamic("ferrolb.io", "Community", "communities");
+    create(client, "BGPAdvertisement", "bgpadvertisements", "bgp", spec).await;
     let spec = json!({"communities": [{"name": "no-export-here", "value": "65000:1"}]});
-    create(client, &community, json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "Community", "metadata": meta("aliases"), "spec": spec})).await;
-    let services: Api<k8s_openapi::api::core::v1::Service> =
-        Api::namespaced(client.clone(), "default");
+    create(client, "Community", "communities", "aliases", spec).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let service = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"type": "LoadBalancer", "ports": [{"port": 80}], "selector": {"app": "web"}}
@@ -145,10 +247,23 @@ fn table(calls: &[ApiCall]) -> BTreeSet<Call> {
         .collect()
 }
 
-/// Whether the rendered RBAC lets the controller make `record`: a ClusterRole anywhere, a Role
-/// in the install namespace only.
-fn granted(objects: &Objects, record: &RequestRecord, call: &Call) -> bool {
-    let grants = objects.grants("ferrolb-controller");
+/// The calls of `table` less those listed in `not_provoked`.
+fn provokable(table: &BTreeSet<Call>, not_provoked: &[(&str, &str, &str, &str)]) -> BTreeSet<Call> {
+    table
+        .iter()
+        .filter(|(g, r, v)| {
+            !not_provoked
+                .iter()
+                .any(|(ng, nr, nv, _)| (ng, nr, nv) == (&g.as_str(), &r.as_str(), &v.as_str()))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether the rendered RBAC lets `account` make `record`: a ClusterRole anywhere, a Role in the
+/// install namespace only.
+fn granted(objects: &Objects, account: &str, record: &RequestRecord, call: &Call) -> bool {
+    let grants = objects.grants(account);
     let (group, resource, verb) = call.clone();
     grants.contains(&(
         Scope::Cluster,
@@ -159,23 +274,76 @@ fn granted(objects: &Objects, record: &RequestRecord, call: &Call) -> bool {
         && grants.contains(&(Scope::InstallNamespace, group, resource, verb)))
 }
 
+/// The requests `account` made (told apart by the User-Agent each binary sets).
+fn requests_of(server: &ApiServerHandle, account: &str) -> Vec<RequestRecord> {
+    server
+        .request_log()
+        .into_iter()
+        .filter(|r| r.user_agent.starts_with(&format!("{account}/")))
+        .collect()
+}
+
+fn calls_of(server: &ApiServerHandle, account: &str) -> BTreeSet<Call> {
+    requests_of(server, account)
+        .iter()
+        .filter_map(as_call)
+        .collect()
+}
+
+/// Polls (every 200 ms, in a blocking-safe way) until `account` has made every call of `want`;
+/// returns whether it did within [`SETTLE`].
+fn wait_for_calls(server: &ApiServerHandle, account: &str, want: &BTreeSet<Call>) -> bool {
+    let deadline = Instant::now() + SETTLE;
+    while Instant::now() < deadline {
+        if want.is_subset(&calls_of(server, account)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+/// The assertions both binaries answer to: every call granted, every call in the table, every
+/// provokable call of the table made.
+fn assert_calls_match(
+    server: &ApiServerHandle,
+    objects: &Objects,
+    account: &str,
+    table_name: &str,
+    expected: &BTreeSet<Call>,
+    provokable: &BTreeSet<Call>,
+) {
+    let log = requests_of(server, account);
+    let refused: Vec<String> = log
+        .iter()
+        .filter_map(|r| as_call(r).map(|c| (r, c)))
+        .filter(|(r, c)| !granted(objects, account, r, c))
+        .map(|(r, c)| format!("{} {} in {:?} ({c:?})", r.method, r.path, r.namespace))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the chart's RBAC would refuse {account}: {refused:#?}"
+    );
+    let recorded: BTreeSet<Call> = log.iter().filter_map(as_call).collect();
+    let unlisted: Vec<_> = recorded.difference(expected).collect();
+    assert!(
+        unlisted.is_empty(),
+        "calls missing from {table_name}: {unlisted:?}"
+    );
+    let unused: Vec<_> = provokable.difference(&recorded).collect();
+    assert!(
+        unused.is_empty(),
+        "{table_name} lists calls {account} did not make: {unused:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
     let Some(objects) = tokio::task::block_in_place(|| variant("default")) else {
         return;
     };
-    let binary = match controller_binary() {
-        Ok(binary) => binary,
-        Err(why) if std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1") => {
-            panic!("{why}")
-        }
-        Err(why) => {
-            eprintln!(
-                "SKIPPED: {why}; run `cargo build -p ferrolb-controller` first \
-                 (`cargo test --workspace` does)"
-            );
-            return;
-        }
+    let Some(binary) = built_binary("ferrolb-controller", &["controller/src"]) else {
+        return;
     };
     let container = only_container(objects.controller_pod());
 
@@ -183,83 +351,249 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
         ApiServer::start(ApiServerConfig::default().with_crd_dir(chart_dir().join("crds")))
             .await
             .expect("the test API server starts");
-    seed(&server.client()).await;
+    let client = server.client();
+    create_namespace(&client).await;
+    seed_configuration(&client, "10.99.7.0/28").await;
     let dir = std::env::temp_dir().join(format!("ferrolb-chart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
     server
         .write_kubeconfig(&kubeconfig)
         .expect("kubeconfig written");
-    server.clear_request_log();
 
-    let mut command = Command::new(&binary);
-    for arg in container.args.iter().flatten() {
-        match arg.split_once('=') {
-            Some(("--metrics-addr", _)) => command.arg("--metrics-addr=127.0.0.1:0"),
-            _ => command.arg(arg),
-        };
-    }
-    command
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .env_remove("KUBECONFIG");
-    for var in container.env.iter().flatten() {
-        let field = var.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
-        let value = match field.map(|f| f.field_path.as_str()) {
-            Some("metadata.namespace") => NAMESPACE.to_owned(),
-            Some("metadata.name") => "ferrolb-controller-7d9f-abcde".to_owned(),
-            Some(other) => panic!("the chart reads {other} from the downward API; map it here"),
-            None => var.value.clone().unwrap_or_default(),
-        };
-        command.env(&var.name, value);
-    }
-    let _controller = Running(
-        command
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+    let downward = [
+        ("metadata.namespace", NAMESPACE),
+        ("metadata.name", "ferrolb-controller-7d9f-abcde"),
+    ];
+    let controller = Running(
+        as_rendered(&[binary.into()], container, &kubeconfig, &downward)
             .spawn()
             .expect("the controller starts"),
     );
 
     let expected = table(CONTROLLER_API_CALLS);
-    let provokable: BTreeSet<Call> = expected
-        .iter()
-        .filter(|(g, r, v)| {
-            !NOT_PROVOKED
-                .iter()
-                .any(|(ng, nr, nv, _)| (ng, nr, nv) == (&g.as_str(), &r.as_str(), &v.as_str()))
-        })
-        .cloned()
-        .collect();
-    let deadline = Instant::now() + SETTLE;
-    let recorded = loop {
-        let recorded: BTreeSet<Call> = server.request_log().iter().filter_map(as_call).collect();
-        if provokable.is_subset(&recorded) || Instant::now() > deadline {
-            break recorded;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    drop(_controller);
+    let provokable = provokable(&expected, CONTROLLER_NOT_PROVOKED);
+    tokio::task::block_in_place(|| wait_for_calls(&server, "ferrolb-controller", &provokable));
+    drop(controller);
     let _ = std::fs::remove_dir_all(&dir);
+    assert_calls_match(
+        &server,
+        objects,
+        "ferrolb-controller",
+        "CONTROLLER_API_CALLS",
+        &expected,
+        &provokable,
+    );
+}
 
-    let log = server.request_log();
-    let refused: Vec<String> = log
-        .iter()
-        .filter_map(|r| as_call(r).map(|c| (r, c)))
-        .filter(|(r, c)| !granted(objects, r, c))
-        .map(|(r, c)| format!("{} {} in {:?} ({c:?})", r.method, r.path, r.namespace))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "the chart's RBAC would refuse: {refused:#?}"
+/// The lab's network, the test API server on its bridge, and what the speaker needs on top of
+/// [`seed_configuration`]: Nodes and speaker Pods (`examples/lab`), the rendered gossip Secret
+/// under the name the rendered arguments give, a BGP peer (the router's address, where nothing
+/// listens: the session is configured and retried, never established), the Service's address
+/// and a ready endpoint on the speaker's node.
+struct SpeakerScene {
+    server: ApiServerHandle,
+    rt: tokio::runtime::Runtime,
+    topo: Topology,
+    dir: PathBuf,
+}
+
+impl SpeakerScene {
+    fn start(objects: &Objects) -> Self {
+        let topo = Topology::create(&netns::unique_prefix("fchart")).expect("namespaces built");
+        let rt = netns::runtime_in(topo.switch.name()).expect("runtime in the switch namespace");
+        let crds = chart_dir().join("crds");
+        let server = rt
+            .block_on(rt.spawn(async move {
+                ApiServer::start(ApiServerConfig {
+                    listen: SocketAddr::new(API_V4.into(), API_PORT),
+                    ..ApiServerConfig::default().with_crd_dir(crds)
+                })
+                .await
+            }))
+            .expect("API server task")
+            .expect("the API server starts on the bridge");
+        let dir = std::env::temp_dir().join(format!("{}-chart", topo.prefix));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        server
+            .write_kubeconfig(&dir.join("kubeconfig"))
+            .expect("kubeconfig written");
+        let scene = Self {
+            server,
+            rt,
+            topo,
+            dir,
+        };
+        let container = only_container(objects.speaker_pod());
+        let secret_name = flag(container, "--gossip-secret")
+            .expect("the chart names the gossip Secret")
+            .to_owned();
+        let mut secret: Secret = objects
+            .secrets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(secret_name.as_str()))
+            .expect("the chart renders the Secret its speaker is pointed at")
+            .clone();
+        secret.metadata.namespace = Some(NAMESPACE.into());
+        let lab = workspace().join("examples/lab");
+        let files = ["10-nodes.yaml", "20-speakers.yaml"].map(|f| lab.join(f));
+        let client = scene.client();
+        scene.block(async move {
+            create_namespace(&client).await;
+            manifests::apply(&client, &files)
+                .await
+                .expect("Nodes and speaker Pods");
+            Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+                .create(&PostParams::default(), &secret)
+                .await
+                .expect("the gossip Secret");
+            seed_configuration(&client, "10.99.0.100-10.99.0.109").await;
+            let spec = json!({"myASN": 64512, "peerASN": 64513, "peerAddress": "10.99.0.1",
+                              "holdTime": "9s", "connectTime": "2s"});
+            create(&client, "BGPPeer", "bgppeers", "router", spec).await;
+            Api::<Service>::namespaced(client.clone(), "default")
+                .patch_status(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [
+                        {"ip": "10.99.0.100", "ipMode": "VIP"}]}}})),
+                )
+                .await
+                .expect("the Service's address");
+            let slice: EndpointSlice = serde_json::from_value(json!({
+                "metadata": {"name": "web-1", "namespace": "default",
+                             "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.99.10.10"], "conditions": {"ready": true},
+                               "nodeName": NODE}],
+                "ports": [{"port": 80, "protocol": "TCP"}],
+            }))
+            .expect("an EndpointSlice");
+            Api::<EndpointSlice>::namespaced(client, "default")
+                .create(&PostParams::default(), &slice)
+                .await
+                .expect("the EndpointSlice");
+        });
+        scene
+    }
+
+    fn client(&self) -> kube::Client {
+        let _guard = self.rt.enter();
+        self.server.client()
+    }
+
+    fn block<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> T {
+        self.rt
+            .block_on(self.rt.spawn(fut))
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
+    /// Marks the Service's only endpoint ready or not: the speaker stops or starts announcing.
+    fn endpoint_ready(&self, ready: bool) {
+        let client = self.client();
+        self.block(async move {
+            let patch = json!({"endpoints": [{"addresses": ["10.99.10.10"],
+                "conditions": {"ready": ready}, "nodeName": NODE}]});
+            Api::<EndpointSlice>::namespaced(client, "default")
+                .patch("web-1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("the EndpointSlice is patched");
+        });
+    }
+}
+
+impl Drop for SpeakerScene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn call(group: &str, resource: &str, verb: &str) -> Call {
+    (group.into(), resource.into(), verb.into())
+}
+
+#[test]
+fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
+    let Some(objects) = variant("default") else {
+        return;
+    };
+    if let Err(e) = netns::require_root() {
+        skip::<()>(&format!("the speaker runs in a node namespace: {e}"));
+        return;
+    }
+    let Some(binary) = built_binary("ferrolb-speaker", &["speaker/src"]) else {
+        return;
+    };
+    let container = only_container(objects.speaker_pod());
+    for (name, want) in [("--enable-l2", "true"), ("--enable-bgp", "true")] {
+        assert_eq!(flag(container, name), Some(want), "default values: {name}");
+    }
+    let scene = SpeakerScene::start(objects);
+    let node = scene.topo.node(0).name().to_owned();
+    let program: Vec<OsString> = vec![
+        "ip".into(),
+        "netns".into(),
+        "exec".into(),
+        node.into(),
+        binary.into(),
+    ];
+    let downward = [
+        ("spec.nodeName", NODE),
+        ("metadata.namespace", NAMESPACE),
+        ("metadata.name", "ferrolb-speaker-x7k2p"),
+    ];
+    let speaker = Running(
+        as_rendered(
+            &program,
+            container,
+            &scene.dir.join("kubeconfig"),
+            &downward,
+        )
+        .spawn()
+        .expect("the speaker starts"),
     );
-    let unlisted: Vec<_> = recorded.difference(&expected).collect();
-    assert!(
-        unlisted.is_empty(),
-        "calls missing from CONTROLLER_API_CALLS: {unlisted:?}"
-    );
-    let unused: Vec<_> = provokable.difference(&recorded).collect();
-    assert!(
-        unused.is_empty(),
-        "CONTROLLER_API_CALLS lists calls the controller did not make: {unused:?}"
+
+    let account = "ferrolb-speaker";
+    let expected = table(SPEAKER_API_CALLS);
+    let provokable = provokable(&expected, SPEAKER_NOT_PROVOKED);
+    // 1. It announces: status objects created and written, `nodeAssigned` recorded.
+    let l2 = "servicel2statuses";
+    let bgp = "servicebgpstatuses";
+    let announced: BTreeSet<Call> = [
+        call("ferrolb.io", l2, "create"),
+        call("ferrolb.io", &format!("{l2}/status"), "patch"),
+        call("ferrolb.io", bgp, "create"),
+        call("ferrolb.io", &format!("{bgp}/status"), "patch"),
+        call("events.k8s.io", "events", "create"),
+    ]
+    .into();
+    let step = |what: &str, want: &BTreeSet<Call>| {
+        assert!(
+            wait_for_calls(&scene.server, account, want),
+            "{what}: missing {:?}",
+            want.difference(&calls_of(&scene.server, account))
+                .collect::<Vec<_>>()
+        );
+    };
+    step("announcing", &announced);
+    // 2. The endpoint stops being ready: it withdraws and deletes its status objects.
+    scene.endpoint_ready(false);
+    let withdrawn: BTreeSet<Call> = [
+        call("ferrolb.io", l2, "delete"),
+        call("ferrolb.io", bgp, "delete"),
+    ]
+    .into();
+    step("withdrawing", &withdrawn);
+    // 3. Ready again: it announces again, and the repeated `nodeAssigned` Event is patched.
+    scene.endpoint_ready(true);
+    wait_for_calls(&scene.server, account, &provokable);
+    drop(speaker);
+    assert_calls_match(
+        &scene.server,
+        objects,
+        account,
+        "SPEAKER_API_CALLS",
+        &expected,
+        &provokable,
     );
 }
