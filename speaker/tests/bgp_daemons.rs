@@ -273,7 +273,8 @@ fn routes_and_withdrawal(d: Daemon, name: &str, ibgp: bool) {
         for want in d.expected(ibgp, nh, large) {
             assert!(
                 text.contains(&want),
-                "{d:?} {prefix}: want {want:?} in\n{text}"
+                "{d:?} {prefix}: want {want:?} in\n{text}\nspeaker: {:?}",
+                probe.last
             );
         }
     }
