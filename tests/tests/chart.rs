@@ -6,10 +6,11 @@
 //! python3 or the package is missing the tests print why and pass without checking anything; set
 //! `FERROLB_REQUIRE_HELM=1` (as CI should) to make that a failure instead.
 //!
-//! `recorded_calls` runs the real `ferrolb-controller` with the rendered arguments against the test
-//! API server and compares its recorded API calls with the rendered RBAC and with
-//! `CONTROLLER_API_CALLS`; it needs the binary built (`cargo test --workspace` builds it) and skips
-//! with a printed reason otherwise, or fails with `FERROLB_REQUIRE_BINARIES=1`.
+//! `recorded_calls` runs the real `ferrolb-controller` and `ferrolb-speaker` with the rendered
+//! arguments against the test API server and compares their recorded API calls with the rendered
+//! RBAC and with `CONTROLLER_API_CALLS` / `SPEAKER_API_CALLS`; it needs the binaries built
+//! (`cargo test --workspace` builds them) and, for the speaker (run in a node namespace), root. It
+//! skips with a printed reason otherwise, or fails with `FERROLB_REQUIRE_BINARIES=1`.
 
 #[path = "chart/alert_rules.rs"]
 mod alert_rules;
@@ -42,7 +43,7 @@ use render::{
 
 // ---------------------------------------------------------------------------------------------
 // What the binaries use. These tables are the reference the chart is checked against; the API
-// calls and flags recorded from the real binaries are to be checked against the same tables.
+// calls recorded from the real binaries (`recorded_calls`) are checked against the same tables.
 // ---------------------------------------------------------------------------------------------
 
 /// Where a permission is granted.
