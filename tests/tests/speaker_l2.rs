@@ -240,4 +240,13 @@ fn l2_advertisement_node_selectors_pick_the_answering_nodes_and_interfaces_the_a
             "answers for {addr} with interfaces [eth1]"
         );
     }
+    // And its ServiceL2Status says where it answers (written right after the responder moved).
+    c.wait("node-c's ServiceL2Status to name eth1", || {
+        let status = c.l2_statuses(v4);
+        let names: Vec<Vec<String>> = status
+            .iter()
+            .map(|s| s.interfaces.iter().map(|i| i.name.clone()).collect())
+            .collect();
+        (status.len() == 1 && status[0].node == "node-c" && names == [["eth1"]]).then_some(())
+    });
 }

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ferrolb_api::v1beta1::ServiceL2Status;
+use ferrolb_api::v1beta1::{ServiceL2Status, ServiceL2StatusStatus};
 use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
 use ferrolb_tests::lab::{API_PORT, INSTALL_NS, manifests};
 use ferrolb_tests::netns::topology::{API_V4, NODE_NAMES, node_v4};
@@ -234,8 +234,8 @@ impl Cluster {
         });
     }
 
-    /// The nodes that say, in a `ServiceL2Status`, that they answer for `ip`.
-    pub fn owners(&self, ip: IpAddr) -> Vec<String> {
+    /// The `ServiceL2Status` payloads that name `ip`.
+    pub fn l2_statuses(&self, ip: IpAddr) -> Vec<ServiceL2StatusStatus> {
         let client = self.client();
         let statuses = self.block(async move {
             Api::<ServiceL2Status>::namespaced(client, INSTALL_NS)
@@ -243,13 +243,17 @@ impl Cluster {
                 .await
                 .expect("ServiceL2Status list")
         });
-        let mut nodes: Vec<String> = statuses
+        statuses
             .items
             .into_iter()
             .filter_map(|s| s.status)
             .filter(|s| s.addresses.iter().any(|a| a.parse() == Ok(ip)))
-            .map(|s| s.node)
-            .collect();
+            .collect()
+    }
+
+    /// The nodes that say, in a `ServiceL2Status`, that they answer for `ip`.
+    pub fn owners(&self, ip: IpAddr) -> Vec<String> {
+        let mut nodes: Vec<String> = self.l2_statuses(ip).into_iter().map(|s| s.node).collect();
         nodes.sort();
         nodes
     }
