@@ -41,6 +41,9 @@ struct Args {
     /// Skip the failover (the report only).
     #[arg(long)]
     no_failover: bool,
+    /// Repeat each failover this many times and print the spread of the figures.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Directory holding ferrolb-controller and ferrolb-speaker (default: next to this binary).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -190,17 +193,54 @@ fn run(lab: &mut Lab, args: &Args, started: Instant) -> anyhow::Result<()> {
     print!("{}", report::render(lab, &services)?);
     if !args.no_failover {
         for fault in [Fault::SpeakerKilled, Fault::NodeCutOff] {
-            println!();
-            let f: Failover = report::failover(lab, "web", fault, Duration::from_secs(30))?;
-            print!("{}", report::render_failover(&f));
-            report::restore(lab, &f)?;
-            match fault {
-                Fault::SpeakerKilled => println!("({}'s speaker restarted)", f.old_owner),
-                Fault::NodeCutOff => println!("({} plugged back in)", f.old_owner),
+            let mut seen = Vec::new();
+            for _ in 0..args.repeat.max(1) {
+                println!();
+                let f: Failover = report::failover(lab, "web", fault, Duration::from_secs(30))?;
+                print!("{}", report::render_failover(&f));
+                report::restore(lab, &f)?;
+                match fault {
+                    Fault::SpeakerKilled => println!("({}'s speaker restarted)", f.old_owner),
+                    Fault::NodeCutOff => {
+                        println!("({} plugged back in, with a fresh speaker)", f.old_owner)
+                    }
+                }
+                seen.push(f);
+            }
+            if seen.len() > 1 {
+                println!("\n{}", spread(fault, &seen));
             }
         }
     }
     Ok(())
+}
+
+/// Minimum, median and maximum of the layer-2 and BGP figures of repeated failovers.
+fn spread(fault: Fault, seen: &[Failover]) -> String {
+    fn stats(mut ms: Vec<f64>) -> String {
+        if ms.is_empty() {
+            return "none".into();
+        }
+        ms.sort_by(f64::total_cmp);
+        format!(
+            "min {:.0} / median {:.0} / max {:.0} ms",
+            ms[0],
+            ms[ms.len() / 2],
+            ms[ms.len() - 1]
+        )
+    }
+    let l2 = seen.iter().map(|f| f.elapsed.as_secs_f64() * 1e3).collect();
+    let bgp = seen
+        .iter()
+        .filter_map(|f| f.bgp_withdrawn)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    format!(
+        "== {fault:?} x{n}: layer 2 {l2}; BGP withdrawal {bgp}",
+        n = seen.len(),
+        l2 = stats(l2),
+        bgp = stats(bgp)
+    )
 }
 
 fn print_hints(lab: &Lab) {

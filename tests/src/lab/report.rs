@@ -127,12 +127,19 @@ pub fn failover(lab: &mut Lab, service: &str, fault: Fault, limit: Duration) -> 
     })
 }
 
-/// Undoes the fault of a [`failover`]: restarts the speaker, or plugs the node back in.
+/// Undoes the fault of a [`failover`]: restarts the speaker, or plugs the node back in and
+/// restarts its speaker, as a node that lost power comes back with a fresh one. (A speaker that
+/// lived through the partition keeps believing it owned the address all along and sends no new
+/// gratuitous ARP, so a client would stay with the interim owner's MAC.)
 pub fn restore(lab: &mut Lab, f: &Failover) -> Result<()> {
     let index = Topology::node_index(&f.old_owner).expect("owner is a lab node");
     match f.fault {
         Fault::SpeakerKilled => lab.start_speaker(index),
-        Fault::NodeCutOff => Ok(lab.topo.set_node_link(index, true)?),
+        Fault::NodeCutOff => {
+            lab.kill_speaker(index);
+            lab.topo.set_node_link(index, true)?;
+            lab.start_speaker(index)
+        }
     }
 }
 
