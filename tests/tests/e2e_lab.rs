@@ -39,25 +39,39 @@ fn owner(lab: &Lab, ip: IpAddr) -> String {
     owners[&ip].clone()
 }
 
+fn all_addresses_of(services: &[ServiceView], name: &str) -> Vec<IpAddr> {
+    let s = services
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no Service {name}"));
+    s.ingress.iter().map(|(ip, _)| *ip).collect()
+}
+
 #[test]
-fn the_client_on_the_segment_reaches_an_l2_service_through_its_single_owner() {
+fn the_client_on_the_segment_reaches_an_l2_service_through_its_single_owner_in_both_families() {
     let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
         return;
     };
     let services = addresses(&lab);
-    let web = address_of(&services, "web");
-    let owner = owner(&lab, web);
-    let i = Topology::node_index(&owner).unwrap();
-    // Exactly one MAC answers ARP for the address: the owner's.
-    let macs = lab.topo.who_answers(web).unwrap();
-    assert_eq!(
-        macs,
-        vec![lab.topo.node_mac(i).unwrap()],
-        "ARP answers for {web}"
+    let web = all_addresses_of(&services, "web");
+    assert!(
+        web.iter().any(IpAddr::is_ipv4) && web.iter().any(IpAddr::is_ipv6),
+        "web is dual-stack: {web:?}"
     );
-    // And the owner's node answers the TCP request, every time.
-    for _ in 0..5 {
-        assert_eq!(lab.ask_from_client(web).as_deref(), Ok(owner.as_str()));
+    for ip in web {
+        let owner = owner(&lab, ip);
+        let i = Topology::node_index(&owner).unwrap();
+        // Exactly one MAC answers ARP (IPv4) or NDP (IPv6) for the address: the owner's.
+        let macs = lab.topo.who_answers(ip).unwrap();
+        assert_eq!(
+            macs,
+            vec![lab.topo.node_mac(i).unwrap()],
+            "answers for {ip}"
+        );
+        // And the owner's node answers the TCP request, every time.
+        for _ in 0..5 {
+            assert_eq!(lab.ask_from_client(ip).as_deref(), Ok(owner.as_str()));
+        }
     }
 }
 
@@ -66,22 +80,24 @@ fn bgp_reachability(router: RouterKind) {
         return;
     };
     let services = addresses(&lab);
-    let web = address_of(&services, "web-bgp");
-    lab.wait_for_route(web, &[0, 1, 2], CONVERGE)
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
-    // The remote client has no path to 10.99.2.0/28 but the router's BGP routes.
-    let answer = lab
-        .ask_from_remote(web)
-        .expect("the remote client is answered");
-    assert!(
-        NODE_NAMES.contains(&answer.as_str()),
-        "answered by {answer}"
-    );
-    // ECMP: the router spreads connections; each answer comes from a node it routes to.
-    let answers: BTreeSet<String> = (0..10)
-        .map(|_| lab.ask_from_remote(web).expect("answered"))
-        .collect();
-    assert!(answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())));
+    let web = all_addresses_of(&services, "web-bgp");
+    assert_eq!(web.len(), 2, "web-bgp is dual-stack: {web:?}");
+    for ip in web {
+        lab.wait_for_route(ip, &[0, 1, 2], CONVERGE)
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+        // The remote client has no path to the pool but the router's BGP routes; ECMP spreads
+        // connections, and each answer comes from a node the router routes to.
+        let answers: BTreeSet<String> = (0..10)
+            .map(|_| {
+                lab.ask_from_remote(ip)
+                    .expect("the remote client is answered")
+            })
+            .collect();
+        assert!(
+            answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())),
+            "{answers:?}"
+        );
+    }
 }
 
 #[test]
@@ -104,10 +120,17 @@ fn external_traffic_policy_local_steers_traffic_to_the_node_with_the_endpoint_an
         address_of(&services, "local-l2"),
         address_of(&services, "local-bgp"),
     );
-    // The only endpoint runs on node-c: node-c owns the L2 address and alone announces the route.
-    assert_eq!(owner(&lab, l2), "node-c");
-    lab.wait_for_route(bgp, &[2], CONVERGE)
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    // The only endpoint runs on node-c: node-c owns the L2 addresses and alone announces the
+    // routes, in both families.
+    for ip in all_addresses_of(&services, "local-l2") {
+        assert_eq!(owner(&lab, ip), "node-c", "owner of {ip}");
+        assert_eq!(lab.ask_from_client(ip).as_deref(), Ok("node-c"));
+    }
+    for ip in all_addresses_of(&services, "local-bgp") {
+        lab.wait_for_route(ip, &[2], CONVERGE)
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+        assert_eq!(lab.ask_from_remote(ip).as_deref(), Ok("node-c"));
+    }
     for _ in 0..3 {
         assert_eq!(lab.ask_from_client(l2).as_deref(), Ok("node-c"));
         assert_eq!(lab.ask_from_remote(bgp).as_deref(), Ok("node-c"));
@@ -176,6 +199,39 @@ fn killing_the_owners_speaker_moves_the_address_to_a_surviving_node_within_secon
         f.bgp_withdrawn.is_some(),
         "routes through the dead node stayed"
     );
+}
+
+#[test]
+fn killing_the_owners_speaker_moves_an_ipv6_address_too() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let v6 = all_addresses_of(&services, "web")
+        .into_iter()
+        .find(IpAddr::is_ipv6)
+        .expect("web has an IPv6 address");
+    let f = report::failover_address(
+        &mut lab,
+        "web",
+        v6,
+        Fault::SpeakerKilled,
+        Duration::from_secs(15),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
+    eprintln!("{}", report::render_failover(&f));
+    assert_ne!(f.new_owner, f.old_owner);
+    assert!(
+        f.elapsed < Duration::from_secs(5),
+        "failover took {:?}",
+        f.elapsed
+    );
+    // Exactly one node answers NDP for the address now: the new owner.
+    let i = Topology::node_index(&f.new_owner).unwrap();
+    lab.wait(CONVERGE, "the new owner alone to answer NDP", || {
+        (lab.topo.who_answers(v6).ok()? == vec![lab.topo.node_mac(i).ok()?]).then_some(())
+    })
+    .unwrap();
 }
 
 #[test]

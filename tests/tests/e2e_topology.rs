@@ -90,14 +90,19 @@ fn the_controller_addresses_every_lab_service_and_the_stand_in_puts_them_on_the_
         ["local-bgp", "local-l2", "proxied", "web", "web-bgp"]
     );
     for s in &services {
-        let (ip, mode) = &s.ingress[0];
-        let expected = if s.name == "proxied" { "Proxy" } else { "VIP" };
-        assert_eq!(mode, expected, "ipMode of {}", s.name);
-        let in_pool = match s.pool.as_str() {
-            "lab-l2" => ip.to_string().starts_with("10.99.0.10"),
-            _ => ip.to_string().starts_with("10.99.2."),
-        };
-        assert!(in_pool, "{} got {ip} outside {}", s.name, s.pool);
+        // Every Service but `proxied` asks for both families.
+        let families = if s.name == "proxied" { 1 } else { 2 };
+        assert_eq!(s.ingress.len(), families, "{}: {:?}", s.name, s.ingress);
+        for (ip, mode) in &s.ingress {
+            let expected = if s.name == "proxied" { "Proxy" } else { "VIP" };
+            assert_eq!(mode, expected, "ipMode of {}", s.name);
+            let text = ip.to_string();
+            let in_pool = match s.pool.as_str() {
+                "lab-l2" => text.starts_with("10.99.0.10") || text.starts_with("fd00:99::10"),
+                _ => text.starts_with("10.99.2.") || text.starts_with("fd00:99:2::"),
+            };
+            assert!(in_pool, "{} got {ip} outside {}", s.name, s.pool);
+        }
     }
     let addr = |name: &str| services.iter().find(|s| s.name == name).unwrap().ingress[0].0;
     lab.wait(

@@ -35,7 +35,7 @@ use kube::api::{Api, ListParams};
 use tokio::runtime::Runtime;
 
 use crate::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
-use crate::netns::topology::{API_V4, NODE_NAMES, node_v4};
+use crate::netns::topology::{API_V4, NODE_NAMES, node_v4, node_v6};
 use crate::netns::{self, NetnsError, Process, Topology};
 pub use router::{Router, RouterKind};
 pub use standin::{NoAnswer, SERVICE_PORT, Watched};
@@ -194,11 +194,15 @@ impl Lab {
         let crds = config.crds.clone();
         let api = rt
             .block_on(rt.spawn(async move {
-                ApiServer::start(ApiServerConfig {
+                let mut config = ApiServerConfig {
                     listen: SocketAddr::new(API_V4.into(), API_PORT),
                     ..ApiServerConfig::default().with_crd_dir(crds)
-                })
-                .await
+                };
+                // A dual-stack cluster, so Services can ask for an IPv6 address too.
+                config.cluster.service_cidr_base = std::net::Ipv4Addr::new(10, 99, 96, 0);
+                config.cluster.service_cidr_v6 =
+                    Some(std::net::Ipv6Addr::new(0xfd00, 0x99, 0, 0x96, 0, 0, 0, 0));
+                ApiServer::start(config).await
             }))
             .map_err(|e| LabError::ApiServer(e.to_string()))?
             .map_err(|e| LabError::ApiServer(e.to_string()))?;
@@ -450,11 +454,17 @@ impl Lab {
         })
     }
 
-    /// Waits until the router's kernel routes `prefix` (e.g. `10.99.2.0/32`) to exactly the
-    /// next hops of `nodes`.
+    /// Waits until the router's kernel routes `ip` (as a /32 or /128) to exactly the next hops
+    /// of `nodes` (their address of `ip`'s family).
     pub fn wait_for_route(&self, ip: IpAddr, nodes: &[usize], limit: Duration) -> Result<()> {
         let prefix = host_prefix(ip);
-        let mut want: Vec<IpAddr> = nodes.iter().map(|i| IpAddr::from(node_v4(*i))).collect();
+        let mut want: Vec<IpAddr> = nodes
+            .iter()
+            .map(|i| match ip {
+                IpAddr::V4(_) => IpAddr::from(node_v4(*i)),
+                IpAddr::V6(_) => IpAddr::from(node_v6(*i)),
+            })
+            .collect();
         want.sort();
         self.wait(
             limit,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::standin::{self, SERVICE_PORT};
 use super::{Lab, Result, ServiceView};
-use crate::netns::topology::{NODE_NAMES, Topology, node_v4};
+use crate::netns::topology::{NODE_NAMES, Topology, node_v4, node_v6};
 
 /// What is done to the owner of an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,17 @@ pub const PROBE_INTERVAL: Duration = Duration::from_millis(20);
 /// the router keeps a route through the old owner. Leaves the fault in place: see [`restore`].
 pub fn failover(lab: &mut Lab, service: &str, fault: Fault, limit: Duration) -> Result<Failover> {
     let view = find(lab, service)?;
-    let (address, _) = view.ingress[0];
+    failover_address(lab, service, view.ingress[0].0, fault, limit)
+}
+
+/// [`failover`] for one given address of `service` (say, its IPv6 one).
+pub fn failover_address(
+    lab: &mut Lab,
+    service: &str,
+    address: IpAddr,
+    fault: Fault,
+    limit: Duration,
+) -> Result<Failover> {
     let owners = lab.wait_for_l2_owners(&[address], Duration::from_secs(20))?;
     let old_owner = owners[&address].clone();
     // The client's kernel must have learned the owner's MAC first.
@@ -72,12 +82,12 @@ pub fn failover(lab: &mut Lab, service: &str, fault: Fault, limit: Duration) -> 
         || (lab.ask_from_client(address).ok()? == old).then_some(()),
     )?;
     let index = Topology::node_index(&old_owner).expect("owner is a lab node");
-    let hop = IpAddr::from(node_v4(index));
+    let hops = [IpAddr::from(node_v4(index)), IpAddr::from(node_v6(index))];
     let routed_through = |lab: &Lab| {
         lab.router
             .kernel_routes()
             .iter()
-            .any(|r| r.next_hops.contains(&hop))
+            .any(|r| r.next_hops.iter().any(|h| hops.contains(h)))
     };
     let had_routes = routed_through(lab);
     let fault_at = Instant::now();
@@ -228,10 +238,10 @@ pub fn render(lab: &Lab, services: &[ServiceView]) -> Result<String> {
     Ok(out)
 }
 
-/// `node-b (10.99.0.12)` for a node address, the address alone otherwise.
+/// `node-b (10.99.0.12)` for a node address (either family), the address alone otherwise.
 pub fn node_label(ip: IpAddr) -> String {
     (0..NODE_NAMES.len())
-        .find(|i| IpAddr::from(crate::netns::topology::node_v4(*i)) == ip)
+        .find(|i| IpAddr::from(node_v4(*i)) == ip || IpAddr::from(node_v6(*i)) == ip)
         .map(|i| format!("{} ({ip})", NODE_NAMES[i]))
         .unwrap_or_else(|| ip.to_string())
 }
