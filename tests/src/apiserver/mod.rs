@@ -57,6 +57,7 @@ pub mod ssa;
 pub mod state;
 pub mod store;
 pub mod table;
+pub mod typed;
 pub mod watch;
 
 use std::future::IntoFuture;

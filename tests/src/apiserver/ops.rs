@@ -172,8 +172,12 @@ fn create_inner(
         });
     }
     drop_empty_metadata(&mut body);
+    let mut warnings = match ctx.res.builtin() {
+        Some(b) => super::typed::decode(b, &ctx.res.kind, ctx.q("fieldValidation"), &mut body)?,
+        None => Vec::new(),
+    };
     let sent = body.clone();
-    let warnings = kinds::on_create(st, &ctx, &mut body)?;
+    warnings.extend(kinds::on_create(st, &ctx, &mut body)?);
     let meta = body["metadata"]
         .as_object_mut()
         .expect("metadata is an object");
@@ -469,8 +473,12 @@ fn write_update(
         }
     }
     drop_empty_metadata(&mut new);
+    let mut warnings = match ctx.res.builtin() {
+        Some(b) => super::typed::decode(b, &ctx.res.kind, ctx.q("fieldValidation"), &mut new)?,
+        None => Vec::new(),
+    };
     let sent = new.clone();
-    let warnings = kinds::on_update(st, ctx, old, &mut new)?;
+    warnings.extend(kinds::on_update(st, ctx, old, &mut new)?);
     if ctx.res.generation && spec_changed(old, &new) {
         let g = old
             .pointer("/metadata/generation")
