@@ -610,3 +610,43 @@ async fn a_crd_created_through_the_api_is_served_until_it_is_deleted() {
         .await;
     assert_eq!(r.status, 404);
 }
+
+#[tokio::test]
+async fn unknown_service_fields_are_dropped_with_a_warning_and_refused_when_strict() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("crud").await;
+    let body = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "typo"},
+                      "spec": {"type": "LoadBalancer", "loadBalancerIp": "192.0.2.1", "ports": [{"port": 80}]}});
+    let path = format!("/api/v1/namespaces/{ns}/services");
+    let r = c
+        .json(
+            "POST",
+            &format!("{path}?fieldValidation=Strict"),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (400, Some("BadRequest"))
+    );
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field \"spec.loadBalancerIp\""),
+        "{}",
+        r.text
+    );
+    let r = c.json("POST", &path, Some(body)).await;
+    assert_eq!(r.status, 201);
+    assert!(
+        r.body["spec"].get("loadBalancerIp").is_none(),
+        "the unknown field is not stored"
+    );
+    assert!(
+        r.header("warning")
+            .is_some_and(|w| w.contains("spec.loadBalancerIp")),
+        "{:?}",
+        r.headers
+    );
+}
