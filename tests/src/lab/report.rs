@@ -72,15 +72,33 @@ pub fn failover_address(
     fault: Fault,
     limit: Duration,
 ) -> Result<Failover> {
-    let owners = lab.wait_for_l2_owners(&[address], Duration::from_secs(20))?;
-    let old_owner = owners[&address].clone();
-    // The client's kernel must have learned the owner's MAC first.
-    let old = old_owner.clone();
-    lab.wait(
-        Duration::from_secs(10),
-        "the client to be answered by the owner",
-        || (lab.ask_from_client(address).ok()? == old).then_some(()),
+    // A settled start: one owner in ServiceL2Status, and the client answered by it twice a
+    // second apart (a speaker restarted by an earlier run may still be taking its addresses
+    // back).
+    let settled = || {
+        let owner = lab
+            .wait_for_l2_owners(&[address], Duration::from_secs(1))
+            .ok()?[&address]
+            .clone();
+        (lab.ask_from_client(address).ok()? == owner).then_some(owner)
+    };
+    let old_owner = lab.wait(
+        Duration::from_secs(20),
+        "a settled owner answering the client",
+        || {
+            let first = settled()?;
+            std::thread::sleep(Duration::from_secs(1));
+            (settled()? == first).then_some(first)
+        },
     )?;
+    // Every node peered (a node restored by an earlier run may still be reconnecting), so the
+    // BGP figure starts from a converged router.
+    lab.wait(
+        Duration::from_secs(30),
+        "a BGP session from every node",
+        || (lab.router.established() == NODE_NAMES.len()).then_some(()),
+    )?;
+    std::thread::sleep(Duration::from_millis(300));
     let index = Topology::node_index(&old_owner).expect("owner is a lab node");
     let hops = [IpAddr::from(node_v4(index)), IpAddr::from(node_v6(index))];
     let routed_through = |lab: &Lab| {
