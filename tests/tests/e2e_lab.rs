@@ -283,6 +283,33 @@ fn a_controller_restart_changes_no_address() {
         return;
     };
     let before = addresses(&lab);
+    // Record every status the Services go through while the controller restarts.
+    let client = lab.client();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let recorder = lab.block(async move {
+        tokio::spawn(async move {
+            let api = Api::<Service>::namespaced(client, "default");
+            let mut seen = Vec::new();
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(list) = api.list(&Default::default()).await {
+                    for svc in list.items {
+                        let ips: Vec<String> = svc
+                            .status
+                            .and_then(|s| s.load_balancer)
+                            .and_then(|lb| lb.ingress)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|i| i.ip)
+                            .collect();
+                        seen.push((svc.metadata.name.unwrap_or_default(), ips));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            seen
+        })
+    });
     lab.kill_controller();
     lab.start_controller().unwrap();
     // A Service created after the restart gets an address: the new controller is at work.
@@ -311,6 +338,18 @@ fn a_controller_restart_changes_no_address() {
             .expect("the Service is created");
     });
     let after = addresses(&lab);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = lab.block(recorder).expect("the recorder ran");
+    assert!(seen.len() > 10, "the recorder saw {} states", seen.len());
+    for s in &before {
+        let ips: Vec<String> = s.ingress.iter().map(|(ip, _)| ip.to_string()).collect();
+        for (name, now) in &seen {
+            assert!(
+                name != &s.name || now == &ips,
+                "{name} went through {now:?} (had {ips:?})"
+            );
+        }
+    }
     let new = address_of(&after, "after-restart");
     for s in &before {
         let now = after.iter().find(|a| a.name == s.name).unwrap();
