@@ -287,28 +287,26 @@ fn a_controller_restart_changes_no_address() {
     let client = lab.client();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopped = stop.clone();
-    let recorder = lab.block(async move {
-        tokio::spawn(async move {
-            let api = Api::<Service>::namespaced(client, "default");
-            let mut seen = Vec::new();
-            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
-                if let Ok(list) = api.list(&Default::default()).await {
-                    for svc in list.items {
-                        let ips: Vec<String> = svc
-                            .status
-                            .and_then(|s| s.load_balancer)
-                            .and_then(|lb| lb.ingress)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter_map(|i| i.ip)
-                            .collect();
-                        seen.push((svc.metadata.name.unwrap_or_default(), ips));
-                    }
+    let recorder = lab.spawn(async move {
+        let api = Api::<Service>::namespaced(client, "default");
+        let mut seen = Vec::new();
+        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Ok(list) = api.list(&Default::default()).await {
+                for svc in list.items {
+                    let ips: Vec<String> = svc
+                        .status
+                        .and_then(|s| s.load_balancer)
+                        .and_then(|lb| lb.ingress)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|i| i.ip)
+                        .collect();
+                    seen.push((svc.metadata.name.unwrap_or_default(), ips));
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            seen
-        })
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen
     });
     lab.kill_controller();
     lab.start_controller().unwrap();

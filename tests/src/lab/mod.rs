@@ -249,6 +249,14 @@ impl Lab {
         }
     }
 
+    /// Starts a future on the lab's runtime (inside the switch namespace) without waiting.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.rt.spawn(fut)
+    }
+
     /// A client of the API server. Use it inside [`Lab::block`]: its connections must be opened
     /// from the switch namespace.
     pub fn client(&self) -> kube::Client {
