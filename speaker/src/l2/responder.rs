@@ -80,7 +80,7 @@ struct Inner {
 /// A handle on the responder. Dropping it stops every thread.
 pub struct Responder {
     inner: Arc<Inner>,
-    announcer_tx: Option<mpsc::Sender<Arc<View>>>,
+    announcer_tx: Option<mpsc::Sender<Command>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     multicast: Mutex<Multicast>,
 }
@@ -141,9 +141,18 @@ impl Responder {
         }
         self.update_multicast(&view);
         if let Some(tx) = &self.announcer_tx {
-            let _ = tx.send(view);
+            let _ = tx.send(Command::View(view));
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Announces every owned address again, from the start of the schedule. Call it when the
+    /// set of live speakers changes: after a partition heals, neighbours may still hold the MAC
+    /// of the node that answered meanwhile, and ownership alone did not change here.
+    pub fn announce_again(&self) {
+        if let Some(tx) = &self.announcer_tx {
+            let _ = tx.send(Command::Restart);
+        }
     }
 
     /// The counters at this moment.
@@ -359,7 +368,16 @@ struct Announcing {
     sent: usize,
 }
 
-fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Arc<View>>) {
+/// What the announcer thread is told.
+enum Command {
+    /// The new owned view: newly listed pairs start their schedule.
+    View(Arc<View>),
+    /// Every owned pair starts its schedule again (membership changed: a node that was cut off
+    /// may have answered for our addresses meanwhile, and neighbours may still point at it).
+    Restart,
+}
+
+fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
     let mut state: BTreeMap<(IpAddr, String), Announcing> = BTreeMap::new();
     loop {
         let next = state
@@ -370,7 +388,16 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Arc<View>>) {
             t.saturating_duration_since(Instant::now())
         });
         match commands.recv_timeout(wait) {
-            Ok(view) => {
+            Ok(Command::Restart) => {
+                let now = Instant::now();
+                for a in state.values_mut() {
+                    *a = Announcing {
+                        taken_at: now,
+                        sent: 0,
+                    };
+                }
+            }
+            Ok(Command::View(view)) => {
                 let now = Instant::now();
                 let pairs: BTreeSet<(IpAddr, String)> = view
                     .iter()

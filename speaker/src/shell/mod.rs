@@ -64,6 +64,7 @@ pub struct Speaker {
     bgp_status: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceBGPStatusStatus>,
     status_dirty: bool,
     announced: BTreeSet<AnnouncedLabels>,
+    live: BTreeSet<String>,
 }
 
 impl Speaker {
@@ -86,11 +87,14 @@ impl Speaker {
             bgp_status: BTreeMap::new(),
             status_dirty: true,
             announced: BTreeSet::new(),
+            live: BTreeSet::new(),
         }
     }
 
     /// Brings announcements, sessions and status in line with `view` and the live speakers.
     pub async fn sync(&mut self, view: &ClusterView, live: BTreeSet<String>) {
+        let live_changed = live != self.live;
+        self.live = live.clone();
         let s = &self.settings;
         let snap = snapshot::snapshot(view, &s.node, &s.class, live);
         let mut l2_status = BTreeMap::new();
@@ -110,6 +114,9 @@ impl Speaker {
                 }
                 info!(addresses = owned.len(), "layer-2 ownership changed");
                 self.owned = owned;
+            } else if live_changed && !self.owned.is_empty() {
+                // A healed partition: the other side may have answered for our addresses.
+                responder.announce_again();
             }
             let mut by_service: BTreeMap<ServiceKey, (Vec<String>, BTreeSet<String>)> =
                 BTreeMap::new();
@@ -200,7 +207,8 @@ impl Speaker {
             self.metrics.announced.get_or_create(a).set(1);
         }
         self.announced = announced;
-        self.write_status(view, l2_status, bgp_status).await;
+        self.write_status(view, l2_status, bgp_status, live_changed)
+            .await;
     }
 
     fn export_sessions(&self, bgp: &BgpSpeaker) {
@@ -251,8 +259,9 @@ impl Speaker {
         view: &ClusterView,
         l2: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceL2StatusStatus>,
         bgp: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceBGPStatusStatus>,
+        live_changed: bool,
     ) {
-        if l2 == self.l2_status && bgp == self.bgp_status && !self.status_dirty {
+        if l2 == self.l2_status && bgp == self.bgp_status && !self.status_dirty && !live_changed {
             return;
         }
         let (ns, node) = (self.settings.namespace.clone(), self.settings.node.clone());
@@ -276,6 +285,8 @@ impl Speaker {
         let mut failures = 0;
         if self.settings.enable_l2 {
             failures += status::reconcile::<ServiceL2Status>(&self.client, &ns, &node, &l2).await;
+            let ours: BTreeSet<ServiceKey> = l2.keys().cloned().collect();
+            failures += status::remove_stale_l2(&self.client, &ns, &node, &ours, &self.live).await;
         }
         if self.settings.enable_bgp {
             failures += status::reconcile::<ServiceBGPStatus>(&self.client, &ns, &node, &bgp).await;

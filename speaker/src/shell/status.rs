@@ -157,3 +157,52 @@ pub async fn reconcile<K: StatusKind>(
     }
     failures
 }
+
+/// Deletes the `ServiceL2Status` objects that other, no longer live, nodes left for Services
+/// this node now answers for: a killed speaker cannot remove its own. Returns how many calls
+/// failed.
+pub async fn remove_stale_l2(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+    ours: &std::collections::BTreeSet<ServiceKey>,
+    live: &std::collections::BTreeSet<String>,
+) -> usize {
+    if ours.is_empty() {
+        return 0;
+    }
+    let api: Api<ServiceL2Status> = Api::namespaced(client.clone(), namespace);
+    let all = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            warn!(error = %e, "listing status objects failed");
+            return 1;
+        }
+    };
+    let mut failures = 0;
+    for obj in all {
+        let labels = obj.labels();
+        let (Some(owner), Some(name), Some(ns)) = (
+            labels.get(names::STATUS_NODE_LABEL),
+            labels.get(names::STATUS_SERVICE_NAME_LABEL),
+            labels.get(names::STATUS_SERVICE_NAMESPACE_LABEL),
+        ) else {
+            continue;
+        };
+        if owner == node
+            || live.contains(owner)
+            || !ours.contains(&ServiceKey::new(ns.clone(), name.clone()))
+        {
+            continue;
+        }
+        match api.delete(&obj.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                warn!(error = %e, "deleting a dead node's status object failed");
+                failures += 1;
+            }
+        }
+    }
+    failures
+}
