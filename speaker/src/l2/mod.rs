@@ -8,6 +8,13 @@
 //! - [`filter`]: the BPF program that keeps other traffic in the kernel. Pure data.
 //! - [`iface`]: which interfaces answer for an address. Pure, plus one reader of the host.
 //! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
+//!
+//! # Wiring
+//! ```text
+//! Snapshot ─► planner::plan_l2 ─► L2Plan.owned ─► iface::resolve_owned(host interfaces)
+//!                                                   └─► Responder::set_owned (full set, each change)
+//! ```
+//! Live speakers come from [`crate::membership`]; the election inside the planner uses them.
 pub mod election;
 pub mod filter;
 pub mod frame;
