@@ -32,10 +32,8 @@ fn delays(dump: &str, target: &str) -> Vec<f64> {
             || rest.contains(&format!("tgt is {target},"));
         if ask {
             pending = Some(ts);
-        } else if answer {
-            if let Some(t0) = pending.take() {
-                out.push((ts - t0) * 1e6);
-            }
+        } else if answer && let Some(t0) = pending.take() {
+            out.push((ts - t0) * 1e6);
         }
     }
     out

@@ -22,10 +22,10 @@ fn wait_live(lab: &Lab, i: usize, live: &[&str], within: Duration) -> String {
     let deadline = Instant::now() + within;
     loop {
         let out = lab.probe_output(i);
-        if let Some(line) = out.lines().rev().find(|l| l.starts_with("owned ")) {
-            if line.ends_with(&want) {
-                return line.split_whitespace().nth(2).unwrap_or("-").to_string();
-            }
+        if let Some(line) = out.lines().rev().find(|l| l.starts_with("owned "))
+            && line.ends_with(&want)
+        {
+            return line.split_whitespace().nth(2).unwrap_or("-").to_string();
         }
         assert!(
             Instant::now() < deadline,
