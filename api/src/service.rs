@@ -1,8 +1,40 @@
 //! What FerroLB reads from a core `Service`, shared by the controller and the speaker. Pure.
 
+use std::fmt;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+
+/// A Service's identity, the key every FerroLB decision is made under.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// The key of Service `namespace/name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a Service object.
+    pub fn of(svc: &Service) -> Self {
+        Self::new(svc.namespace().unwrap_or_default(), svc.name_any())
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
 
 /// The addresses in `status.loadBalancer.ingress`, in order; entries without a parseable `ip`
 /// (hostname-only ingress written by another implementation) are skipped.

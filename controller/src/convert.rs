@@ -31,7 +31,7 @@ impl ClassFilter {
 
 /// The key of a Service.
 pub fn service_key(svc: &Service) -> ServiceKey {
-    ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
+    ServiceKey::of(svc)
 }
 
 /// The allocator's view of a pool, given the cross-object verdict on it.

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 /// The Service's key.
 pub fn service_key(svc: &Service) -> ServiceKey {
-    ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
+    ServiceKey::of(svc)
 }
 
 /// A Service as the planner sees it, or `None` when FerroLB does not announce it: not of type
