@@ -11,7 +11,8 @@ use ferrolb_api::v1beta1::{IPAddressPool, IPAddressPoolSpec};
 use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -85,6 +86,32 @@ async fn main() {
     // Let it become leader before the clock starts.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let api = Api::<Service>::namespaced(client.clone(), "default");
+    // Count Services with an address from a watch (polling a 10,000-item list would measure
+    // the list, not the controller).
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Instant>();
+    let watch_api = api.clone();
+    tokio::spawn(async move {
+        let mut with_address = std::collections::HashSet::new();
+        let stream = watcher(watch_api, watcher::Config::default()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(ev)) = stream.next().await {
+            if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = ev {
+                let has = s
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.load_balancer.as_ref())
+                    .and_then(|l| l.ingress.as_ref())
+                    .is_some_and(|i| !i.is_empty());
+                if has {
+                    with_address.insert(s.metadata.name.unwrap_or_default());
+                }
+                if with_address.len() == n {
+                    let _ = done_tx.send(Instant::now());
+                    return;
+                }
+            }
+        }
+    });
     let start = Instant::now();
     futures::stream::iter(0..n)
         .for_each_concurrent(16, |i| {
@@ -110,25 +137,10 @@ async fn main() {
         })
         .await;
     let created = start.elapsed();
-    loop {
-        let list = api.list(&ListParams::default()).await.unwrap();
-        let done = list
-            .items
-            .iter()
-            .filter(|s| {
-                s.status
-                    .as_ref()
-                    .and_then(|s| s.load_balancer.as_ref())
-                    .and_then(|l| l.ingress.as_ref())
-                    .is_some_and(|i| !i.is_empty())
-            })
-            .count();
-        if done == n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let total = start.elapsed();
+    let finished = done_rx
+        .await
+        .expect("the watch saw every Service get an address");
+    let total = finished - start;
     let rss = peak_rss_kib(child.id());
     let _ = child.kill();
     let _ = child.wait();
