@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::time::Duration;
 
+use ferrolb_api::validate::CommunityValue;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -140,37 +141,24 @@ impl FromStr for AnyCommunity {
     type Err = CommunityParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || CommunityParseError(s.to_owned());
-        let well_known = match s.to_ascii_lowercase().as_str() {
-            "no-export" => Some(0xFFFF_FF01),
-            "no-advertise" => Some(0xFFFF_FF02),
-            "no-export-subconfed" => Some(0xFFFF_FF03),
-            "no-peer" => Some(0xFFFF_FF04),
-            "blackhole" => Some(0xFFFF_029A),
-            "graceful-shutdown" => Some(0xFFFF_0000),
-            _ => None,
-        };
-        if let Some(v) = well_known {
-            return Ok(AnyCommunity::Standard(Community(v)));
+        CommunityValue::parse(s)
+            .map(AnyCommunity::from)
+            .ok_or_else(|| CommunityParseError(s.to_owned()))
+    }
+}
+
+impl From<CommunityValue> for AnyCommunity {
+    fn from(value: CommunityValue) -> Self {
+        match value {
+            CommunityValue::Standard(hi, lo) => {
+                AnyCommunity::Standard(Community((u32::from(hi) << 16) | u32::from(lo)))
+            }
+            CommunityValue::Large(global, local1, local2) => AnyCommunity::Large(LargeCommunity {
+                global,
+                local1,
+                local2,
+            }),
         }
-        if let Some(rest) = s.strip_prefix("large:") {
-            let parts: Vec<&str> = rest.split(':').collect();
-            let [a, b, c] = parts.as_slice() else {
-                return Err(err());
-            };
-            let n = |p: &str| p.parse::<u32>().map_err(|_| err());
-            return Ok(AnyCommunity::Large(LargeCommunity {
-                global: n(a)?,
-                local1: n(b)?,
-                local2: n(c)?,
-            }));
-        }
-        let (hi, lo) = s.split_once(':').ok_or_else(err)?;
-        let hi: u16 = hi.parse().map_err(|_| err())?;
-        let lo: u16 = lo.parse().map_err(|_| err())?;
-        Ok(AnyCommunity::Standard(Community(
-            (u32::from(hi) << 16) | u32::from(lo),
-        )))
     }
 }
 

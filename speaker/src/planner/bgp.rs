@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::eligibility::{NotEligible, node_may_announce, service_may_use};
 use super::input::{NodeInfo, PoolInfo, ServiceKey, Snapshot};
-use crate::bgp::config::{Advertisement, Community, LargeCommunity, RouteAttrs};
+use crate::bgp::config::{Advertisement, AnyCommunity, RouteAttrs};
 
 /// A `BGPAdvertisement` as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -58,18 +58,12 @@ impl BgpAdvertisementInfo {
             ..Default::default()
         };
         for c in &self.communities {
-            match *c {
-                CommunityValue::Standard(hi, lo) => {
-                    attrs
-                        .communities
-                        .insert(Community((u32::from(hi) << 16) | u32::from(lo)));
+            match AnyCommunity::from(*c) {
+                AnyCommunity::Standard(std) => {
+                    attrs.communities.insert(std);
                 }
-                CommunityValue::Large(global, local1, local2) => {
-                    attrs.large_communities.insert(LargeCommunity {
-                        global,
-                        local1,
-                        local2,
-                    });
+                AnyCommunity::Large(large) => {
+                    attrs.large_communities.insert(large);
                 }
             }
         }
@@ -273,7 +267,11 @@ mod tests {
         let plan = plan_bgp(&snapshot("a", false, &["a"]), &[adv()], &peers());
         let attrs = &plan.per_peer["tor"][0].attrs;
         assert_eq!(attrs.local_pref, Some(200));
-        assert!(attrs.communities.contains(&Community(0xFDE8_0001)));
+        assert!(
+            attrs
+                .communities
+                .contains(&crate::bgp::config::Community(0xFDE8_0001))
+        );
         assert_eq!(attrs.large_communities.len(), 1);
     }
 
