@@ -26,11 +26,10 @@ use ferrolb_controller::leader::{Elector, Timing};
 use ferrolb_controller::metrics::Metrics;
 use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores, retry_delay};
 use ferrolb_telemetry::{LogFormat, Readiness};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
@@ -307,26 +306,10 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
     let dirty = dirty.clone();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(obj) => {
-                    let _ = dirty.send(what(&obj));
-                }
-                Err(e) => {
-                    warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off")
-                }
-            }
-        }
-    });
-    store
+    ferrolb_telemetry::watch_store(api, watcher::Config::default(), move |obj| {
+        let _ = dirty.send(what(obj));
+    })
 }
 
 fn hostname() -> String {

@@ -23,12 +23,11 @@ use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::snapshot::{ClusterView, live_from_kubernetes, secret_bytes};
 use ferrolb_speaker::shell::{Settings, Speaker};
 use ferrolb_telemetry::{LogFormat, Readiness};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
@@ -324,22 +323,6 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
     let changed = changed.clone();
-    let stream = watcher(api, config.any_semantic())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(_) => changed.notify_one(),
-                Err(e) => {
-                    warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off")
-                }
-            }
-        }
-    });
-    store
+    ferrolb_telemetry::watch_store(api, config, move |_| changed.notify_one())
 }

@@ -80,6 +80,44 @@ pub async fn kube_client(
     kube::Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))
 }
 
+/// Starts a watcher that keeps a reflector store current, calling `on_change` with every object
+/// it applies or deletes; watch errors are logged and retried with back-off. The store answers
+/// `wait_until_ready` once the first list is in.
+pub fn watch_store<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    on_change: impl Fn(&K) + Send + 'static,
+) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, config.any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(obj) => on_change(&obj),
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off")
+                }
+            }
+        }
+    });
+    store
+}
+
 /// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
