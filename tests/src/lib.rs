@@ -5,9 +5,12 @@
 //! - [`apiserver`]: a Kubernetes API server for tests and for the lab, faithful to kube-apiserver for
 //!   the resources FerroLB uses.
 //! - [`netns`]: network namespaces as hosts, and the lab's topology.
+//! - [`realkube`]: a real etcd and kube-apiserver (built from Go modules) for the suites that must
+//!   agree with real Kubernetes.
 //! - [`lab`]: the lab (topology, API server, controller, speakers, router), shared by `ferrolb-lab` and
 //!   the `e2e_*` tests.
 
 pub mod apiserver;
 pub mod lab;
 pub mod netns;
+pub mod realkube;

@@ -192,12 +192,21 @@ async fn generation_increases_on_spec_changes_only() {
         r.body["metadata"]["generation"], 1,
         "labels do not bump generation"
     );
-    let r = merge(r#"{"status":{"phase":"Ready"}}"#, format!("{path}/status")).await;
+    let r = merge(
+        r#"{"status":{"phase":"Ready"},"metadata":{"labels":{"from-status":"x"}}}"#,
+        format!("{path}/status"),
+    )
+    .await;
     assert_eq!(
         r.body["metadata"]["generation"], 1,
         "status does not bump generation"
     );
     assert_eq!(r.body["status"]["phase"], "Ready");
+    assert!(
+        r.body["metadata"]["labels"].get("from-status").is_none(),
+        "a custom resource's status write changes only status (unlike a Service's): {}",
+        r.text
+    );
     let r = merge(r#"{"spec":{"high":3}}"#, path.clone()).await;
     assert_eq!(r.body["metadata"]["generation"], 2);
     assert_eq!(

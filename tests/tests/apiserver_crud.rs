@@ -152,22 +152,26 @@ async fn create_in_a_missing_namespace_is_404_naming_the_namespace() {
 }
 
 #[tokio::test]
-async fn status_writes_change_only_status_and_main_writes_keep_status() {
+async fn service_status_writes_keep_spec_but_apply_labels_and_main_writes_keep_status() {
     let mut c = support::cluster().await;
     let ns = c.namespace("crud").await;
     let api: Api<Service> = Api::namespaced(c.client(), &ns);
     api.create(&PostParams::default(), &lb_service("lb1"))
         .await
         .unwrap();
-    let status_patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "VIP"}]}}, "metadata": {"labels": {"ignored": "yes"}}});
+    // kube-apiserver's Service status strategy resets only `spec`: metadata in a status write
+    // is applied (custom resources differ: see the Gadget test below).
+    let status_patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "VIP"}]}},
+        "metadata": {"labels": {"applied": "yes"}, "annotations": {"note": "kept"}},
+        "spec": {"ports": [{"port": 81, "protocol": "TCP"}]}});
     let after = api
         .patch_status("lb1", &PatchParams::default(), &Patch::Merge(&status_patch))
         .await
         .unwrap();
-    assert!(
-        !after.metadata.labels.unwrap().contains_key("ignored"),
-        "a status write does not touch metadata"
-    );
+    assert_eq!(after.metadata.labels.unwrap()["applied"], "yes");
+    assert_eq!(after.metadata.annotations.unwrap()["note"], "kept");
+    let ports = after.spec.unwrap().ports.unwrap();
+    assert_eq!(ports[0].port, 80, "a status write does not change spec");
     let main_patch = json!({"metadata": {"labels": {"x": "1"}}, "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.99"}]}}});
     let after = api
         .patch("lb1", &PatchParams::default(), &Patch::Merge(&main_patch))

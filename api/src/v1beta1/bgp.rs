@@ -84,7 +84,8 @@ pub struct BGPAdvertisementSpec {
     pub local_pref: Option<u32>,
     /// Communities attached: `65000:100`, `large:64512:1:2`, or a `Community` alias name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(inner(regex(pattern = COMMUNITY_PATTERN)))]
+    // Bounded so kube-apiserver accepts the CEL rule's estimated cost.
+    #[schemars(length(max = 64), inner(length(max = 63), regex(pattern = COMMUNITY_PATTERN)))]
     #[x_kube(validation = Rule::new(COMMUNITY_RANGE_RULE)
         .message("standard communities are two numbers up to 65535 (65000:100); large ones three numbers up to 4294967295 (large:64512:1:2)"))]
     pub communities: Vec<String>,

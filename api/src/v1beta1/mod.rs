@@ -43,7 +43,7 @@ pub fn all_crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
     use kube::CustomResourceExt;
-    vec![
+    let mut crds = vec![
         IPAddressPool::crd(),
         L2Advertisement::crd(),
         BGPAdvertisement::crd(),
@@ -51,5 +51,43 @@ pub fn all_crds()
         Community::crd(),
         ServiceL2Status::crd(),
         ServiceBGPStatus::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                kubernetes_formats(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Replaces the integer formats schemars writes for unsigned Rust types (`uint32`, `uint16`),
+/// which kube-apiserver does not know and warns about on every apply, with `int64`; the
+/// `minimum`/`maximum` the types carry keep the range.
+fn kubernetes_formats(
+    schema: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
+) {
+    if let Some(f) = &schema.format
+        && f.starts_with("uint")
+    {
+        schema.format = Some("int64".into());
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        kubernetes_formats(child);
+    }
+    if let Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(items)) =
+        schema.items.as_mut()
+    {
+        kubernetes_formats(items);
+    }
+    if let Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrBool::Schema(extra)) =
+        schema.additional_properties.as_mut()
+    {
+        kubernetes_formats(extra);
+    }
 }

@@ -86,7 +86,9 @@ impl IpMode {
 pub struct IPAddressPoolSpec {
     /// Addresses in the pool: CIDRs (`10.0.0.0/24`, `fd00::/112`) or inclusive ranges
     /// (`10.0.0.10-10.0.0.20`). IPv4 and IPv6 entries may be mixed in one pool.
-    #[schemars(length(min = 1))]
+    // Bounds the CEL rule's estimated cost: kube-apiserver refuses a CRD whose rule iterates
+    // over an unbounded list of unbounded strings ("estimated rule cost exceeds budget").
+    #[schemars(length(min = 1, max = 1024), inner(length(min = 1, max = 128)))]
     #[x_kube(validation = Rule::new(ADDRESS_ENTRY_RULE)
         .message("each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end"))]
     pub addresses: Vec<String>,

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use super::error::{ApiError, ApiResult, Cause};
 use super::kinds;
 use super::patch::{self, PatchKind};
+use super::resources::Flavor;
 use super::ssa;
 use super::state::{Ctx, State, new_uid, now_seconds, random_suffix};
 
@@ -423,7 +424,30 @@ fn write_update(
     new["kind"] = json!(ctx.res.kind);
     new["apiVersion"] = json!(ctx.res.api_version());
     if ctx.res.status_subresource {
-        if ctx.is_status() {
+        if ctx.is_status() && matches!(ctx.res.flavor, Flavor::Builtin(_)) {
+            // kube-apiserver's status strategies for built-in kinds (Service, Node, Pod) reset
+            // only `spec`: labels and annotations in a status write are applied. A Pod's owner
+            // references are kept as they were too.
+            match old.get("spec") {
+                Some(spec) => new["spec"] = spec.clone(),
+                None => {
+                    if let Some(o) = new.as_object_mut() {
+                        o.remove("spec");
+                    }
+                }
+            }
+            if ctx.res.kind == "Pod" {
+                match old["metadata"].get("ownerReferences") {
+                    Some(v) => new["metadata"]["ownerReferences"] = v.clone(),
+                    None => {
+                        if let Some(m) = new["metadata"].as_object_mut() {
+                            m.remove("ownerReferences");
+                        }
+                    }
+                }
+            }
+        } else if ctx.is_status() {
+            // Custom resources' status strategy keeps everything but `status` (and managedFields).
             let status = new.get("status").cloned();
             let managed = new["metadata"].get("managedFields").cloned();
             new = old.clone();

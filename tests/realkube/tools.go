@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the Kubernetes commands this module builds, so that `go build
+// k8s.io/kubernetes/cmd/kube-apiserver` resolves against the versions in go.sum.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
