@@ -4,6 +4,7 @@
 //!
 //! - [`apiserver`]: a Kubernetes API server for tests and for the lab, faithful to kube-apiserver for
 //!   the resources FerroLB uses.
+//! - [`backend`]: the double or a real kube-apiserver behind one type (`FERROLB_APISERVER`).
 //! - [`netns`]: network namespaces as hosts, and the lab's topology.
 //! - [`realkube`]: a real etcd and kube-apiserver (built from Go modules) for the suites that must
 //!   agree with real Kubernetes.
@@ -11,6 +12,7 @@
 //!   the `e2e_*` tests.
 
 pub mod apiserver;
+pub mod backend;
 pub mod lab;
 pub mod netns;
 pub mod realkube;

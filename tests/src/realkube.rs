@@ -198,6 +198,10 @@ impl RealKube {
             });
         }
         self.ca_pem = std::fs::read(pki.join("ca.crt")).map_err(io("reading ca.crt".into()))?;
+        std::fs::write(self.dir.join("admin.token"), ADMIN_TOKEN)
+            .map_err(io("writing admin.token".into()))?;
+        std::fs::write(self.dir.join("audit-policy.yaml"), AUDIT_POLICY)
+            .map_err(io("writing the audit policy".into()))?;
         let tokens = self.dir.join("tokens.csv");
         std::fs::write(
             &tokens,
@@ -266,6 +270,15 @@ impl RealKube {
             ("--service-node-port-range", "30000-32767".into()),
             ("--allow-privileged", "true".into()),
             ("--profiling", "false".into()),
+            (
+                "--audit-policy-file",
+                self.dir.join("audit-policy.yaml").into_os_string(),
+            ),
+            (
+                "--audit-log-path",
+                self.dir.join("audit.log").into_os_string(),
+            ),
+            ("--audit-log-format", "json".into()),
             ("--v", "0".into()),
         ] {
             let mut a = std::ffi::OsString::from(flag);
@@ -410,7 +423,7 @@ impl RealKube {
     }
 
     async fn readyz(&self) -> Result<bool, String> {
-        let client = self.client().await.map_err(|e| e.to_string())?;
+        let client = self.client().map_err(|e| e.to_string())?;
         let req = axum::http::Request::get("/readyz")
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
@@ -421,7 +434,7 @@ impl RealKube {
     }
 
     async fn wait_default_service_account(&mut self) -> Result<()> {
-        let client = self.client().await?;
+        let client = self.client()?;
         let api: Api<ServiceAccount> = Api::namespaced(client, "default");
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -469,15 +482,52 @@ impl RealKube {
         )
     }
 
-    /// An admin client.
-    pub async fn client(&self) -> Result<kube::Client> {
-        client_for(&self.kubeconfig_yaml(ADMIN_TOKEN)).await
+    /// An admin client. Call it inside a tokio runtime (the client spawns its connection task).
+    pub fn client(&self) -> Result<kube::Client> {
+        self.client_with_token_file(&self.dir.join("admin.token"))
+    }
+
+    /// A client authenticating with the bearer token in `token_file`.
+    pub fn client_with_token_file(&self, token_file: &Path) -> Result<kube::Client> {
+        let url = self.url.parse().map_err(|e| RealKubeError::Io {
+            context: format!("parsing {}", self.url),
+            source: std::io::Error::other(e),
+        })?;
+        let mut cfg = kube::Config::new(url);
+        cfg.default_namespace = "default".into();
+        cfg.root_cert_file = Some(self.dir.join("pki/ca.crt"));
+        cfg.auth_info.token_file = Some(token_file.display().to_string());
+        kube::Client::try_from(cfg).map_err(kube_err("building a client".into()))
+    }
+
+    /// Every request the server has completed so far, from its audit log, in order: a watch
+    /// once (when it started streaming), every other request when it completed.
+    pub fn request_log(&self) -> Vec<AuditRecord> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        let mut streamed = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let id = e["auditID"].as_str().unwrap_or_default().to_string();
+            match e["stage"].as_str() {
+                Some("ResponseStarted") => {
+                    streamed.insert(id);
+                }
+                Some("ResponseComplete") if streamed.contains(&id) => continue,
+                Some("ResponseComplete") | Some("Panic") => {}
+                _ => continue,
+            }
+            out.push(AuditRecord::from_event(&e));
+        }
+        out
     }
 
     /// A bearer token of ServiceAccount `namespace/name` (created if missing), valid for an hour,
     /// minted by the TokenRequest API as the kubelet would.
     pub async fn token_for(&self, namespace: &str, name: &str) -> Result<String> {
-        let client = self.client().await?;
+        let client = self.client()?;
         let sas: Api<ServiceAccount> = Api::namespaced(client, namespace);
         if sas
             .get_opt(name)
@@ -521,7 +571,7 @@ impl RealKube {
 
     /// The server's `gitVersion`, e.g. `v1.36.3`.
     pub async fn version(&self) -> Result<String> {
-        let client = self.client().await?;
+        let client = self.client()?;
         let info = client
             .apiserver_version()
             .await
@@ -555,20 +605,53 @@ impl Drop for RealKube {
     }
 }
 
-/// A client from a kubeconfig document.
-pub async fn client_for(kubeconfig_yaml: &str) -> Result<kube::Client> {
-    let kc =
-        kube::config::Kubeconfig::from_yaml(kubeconfig_yaml).map_err(|e| RealKubeError::Kube {
-            context: "parsing the kubeconfig".into(),
-            source: kube::Error::InferKubeconfig(e),
-        })?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| RealKubeError::Kube {
-            context: "loading the kubeconfig".into(),
-            source: kube::Error::InferKubeconfig(e),
-        })?;
-    kube::Client::try_from(cfg).map_err(kube_err("building a client".into()))
+/// The audit policy: every request at `Metadata` level (who, what, the answer's code).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+
+/// One request from the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// The authenticated user (`system:serviceaccount:NS:NAME` for a ServiceAccount).
+    pub user: String,
+    /// The request in the double's terms (verb, group, resource, subresource, namespace, name,
+    /// User-Agent, status code), so suites check both backends the same way.
+    pub request: crate::apiserver::RequestRecord,
+}
+
+impl AuditRecord {
+    fn from_event(e: &serde_json::Value) -> Self {
+        let s = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        let obj = &e["objectRef"];
+        let uri = e["requestURI"].as_str().unwrap_or_default();
+        let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+        let verb = e["verb"].as_str().unwrap_or_default();
+        let method = match verb {
+            "create" => "POST",
+            "update" => "PUT",
+            "patch" => "PATCH",
+            "delete" | "deletecollection" => "DELETE",
+            _ => "GET",
+        };
+        Self {
+            user: s(&e["user"]["username"]).unwrap_or_default(),
+            request: crate::apiserver::RequestRecord {
+                method: method.into(),
+                path: path.into(),
+                query: query.into(),
+                verb: crate::apiserver::Verb::parse(verb),
+                group: s(&obj["apiGroup"]).unwrap_or_default(),
+                resource: s(&obj["resource"]),
+                subresource: s(&obj["subresource"]),
+                namespace: s(&obj["namespace"]),
+                name: s(&obj["name"]),
+                user_agent: s(&e["userAgent"]).unwrap_or_default(),
+                status: e["responseStatus"]["code"]
+                    .as_u64()
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
+            },
+        }
+    }
 }
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> RealKubeError {

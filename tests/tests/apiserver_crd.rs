@@ -36,9 +36,6 @@ fn causes(r: &ferrolb_tests::apiserver::RawResponse) -> Vec<(String, String)> {
 #[tokio::test]
 async fn schema_defaults_are_applied_and_generation_starts_at_one() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return eprintln!("skipping: the Gadget CRD is only installed in the double");
-    }
     let ns = c.namespace("crd").await;
     let r = post(
         &c,
@@ -54,9 +51,6 @@ async fn schema_defaults_are_applied_and_generation_starts_at_one() {
 #[tokio::test]
 async fn missing_required_field_is_422_and_cel_rules_are_not_checked() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     let r = post(&c, &ns, gadget("g1", json!({"low": 5, "high": 1}))).await;
     assert_eq!(r.status, 422);
@@ -73,9 +67,6 @@ async fn missing_required_field_is_422_and_cel_rules_are_not_checked() {
 #[tokio::test]
 async fn enum_maximum_and_format_violations_are_each_reported() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     let r = post(
         &c,
@@ -115,9 +106,6 @@ async fn enum_maximum_and_format_violations_are_each_reported() {
 #[tokio::test]
 async fn cel_rule_violation_is_422_with_the_rule_message() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     let r = post(
         &c,
@@ -135,9 +123,6 @@ async fn cel_rule_violation_is_422_with_the_rule_message() {
 #[tokio::test]
 async fn transition_rule_rejects_changing_an_immutable_field() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     assert_eq!(
         post(
@@ -169,9 +154,6 @@ async fn transition_rule_rejects_changing_an_immutable_field() {
 #[tokio::test]
 async fn generation_increases_on_spec_changes_only() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     post(
         &c,
@@ -218,9 +200,6 @@ async fn generation_increases_on_spec_changes_only() {
 #[tokio::test]
 async fn status_in_a_create_body_is_dropped_and_invalid_status_is_rejected() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     let mut body = gadget("g1", json!({"pool": "p", "low": 1, "high": 2}));
     body["status"] = json!({"phase": "Ready"});
@@ -246,9 +225,6 @@ async fn status_in_a_create_body_is_dropped_and_invalid_status_is_rejected() {
 #[tokio::test]
 async fn unknown_fields_are_pruned_with_a_warning_and_strict_validation_refuses_them() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     let r = post(
         &c,
@@ -278,9 +254,6 @@ async fn unknown_fields_are_pruned_with_a_warning_and_strict_validation_refuses_
 #[tokio::test]
 async fn strategic_merge_patch_on_a_custom_resource_is_415() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     post(
         &c,
@@ -304,9 +277,6 @@ async fn strategic_merge_patch_on_a_custom_resource_is_415() {
 #[tokio::test]
 async fn duplicate_map_list_keys_are_reported() {
     let mut c = support::cluster().await;
-    if !c.is_double() {
-        return;
-    }
     let ns = c.namespace("crd").await;
     let r = post(
         &c,

@@ -445,19 +445,17 @@ async fn kube_discovery_finds_core_and_custom_resources() {
         .expect("services are discovered");
     assert_eq!(svc.plural, "services");
     assert_eq!(caps.scope, Scope::Namespaced);
-    if c.is_double() {
-        let (gadget, _) = discovery
-            .resolve_gvk(&GroupVersionKind::gvk("test.ferrolb.io", "v1", "Gadget"))
-            .expect("CRDs are discovered");
-        let api: Api<DynamicObject> = Api::default_namespaced_with(c.client(), &gadget);
-        assert!(
-            api.list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-        );
-    }
+    let (gadget, _) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("test.ferrolb.io", "v1", "Gadget"))
+        .expect("CRDs are discovered");
+    let api: Api<DynamicObject> = Api::default_namespaced_with(c.client(), &gadget);
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -551,13 +549,12 @@ async fn deleting_a_namespace_deletes_what_it_contains() {
 #[tokio::test]
 async fn a_crd_created_through_the_api_is_served_until_it_is_deleted() {
     let c = support::cluster().await;
-    if !c.is_double() {
-        return eprintln!("skipping: creates a cluster-wide CRD");
-    }
+    // A group of its own, so reruns against one real cluster do not meet a CRD left behind.
+    let group = format!("dyn{}.ferrolb.io", std::process::id());
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "things.dyn.ferrolb.io"},
-        "spec": {"group": "dyn.ferrolb.io", "scope": "Namespaced",
+        "metadata": {"name": format!("things.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
                  "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
                  "versions": [{"name": "v1", "served": true, "storage": true,
                                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
@@ -575,19 +572,28 @@ async fn a_crd_created_through_the_api_is_served_until_it_is_deleted() {
         Value::Null,
         "Established comes later"
     );
-    let thing = json!({"apiVersion": "dyn.ferrolb.io/v1", "kind": "Thing", "metadata": {"name": "t1"}, "spec": {"a": 1}});
-    let r = c
-        .json(
-            "POST",
-            "/apis/dyn.ferrolb.io/v1/namespaces/default/things",
-            Some(thing),
-        )
-        .await;
+    let thing = json!({"apiVersion": format!("{group}/v1"), "kind": "Thing", "metadata": {"name": "t1"}, "spec": {"a": 1}});
+    // kube-apiserver serves the new resource a moment after the CRD is created (404 until then),
+    // as `kubectl wait --for condition=established` expects: retry until it is served.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    let r = loop {
+        let r = c
+            .json(
+                "POST",
+                &format!("/apis/{group}/v1/namespaces/default/things"),
+                Some(thing.clone()),
+            )
+            .await;
+        if r.status != 404 || tokio::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(r.status, 201, "{}", r.text);
     let crd = c
         .json(
             "GET",
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.dyn.ferrolb.io",
+            &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.{group}"),
             None,
         )
         .await;
@@ -600,19 +606,31 @@ async fn a_crd_created_through_the_api_is_served_until_it_is_deleted() {
     let r = c
         .json(
             "DELETE",
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.dyn.ferrolb.io",
+            &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/things.{group}"),
             None,
         )
         .await;
     assert_eq!(r.status, 200);
-    let r = c
-        .json(
-            "GET",
-            "/apis/dyn.ferrolb.io/v1/namespaces/default/things/t1",
-            None,
-        )
-        .await;
-    assert_eq!(r.status, 404);
+    // The CRD's cleanup finalizer deletes the instances first; then the resource is gone.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = c
+            .json(
+                "GET",
+                &format!("/apis/{group}/v1/namespaces/default/things/t1"),
+                None,
+            )
+            .await;
+        if r.status == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still served 30 s after the CRD was deleted: {}",
+            r.text
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]

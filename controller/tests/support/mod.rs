@@ -1,5 +1,6 @@
-//! Shared harness of the controller's integration tests: the test API server with FerroLB's
-//! CRDs, and the real `ferrolb-controller` binary pointed at it.
+//! Shared harness of the controller's integration tests: an API server with FerroLB's CRDs (the
+//! test double, or a real kube-apiserver of its own with `FERROLB_APISERVER=real`), and the real
+//! `ferrolb-controller` binary pointed at it.
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
@@ -11,17 +12,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ferrolb_api::v1beta1::{IPAddressPool, IPAddressPoolSpec, IpMode};
-use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
+use ferrolb_tests::apiserver::ApiServerConfig;
+use ferrolb_tests::backend::Backend;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 /// The install namespace used by the tests.
 pub const NS: &str = "ferrolb-system";
 
-/// A test API server with FerroLB's CRDs and the namespaces the tests use.
+/// An API server with FerroLB's CRDs and the namespaces the tests use.
 pub struct Cluster {
     /// The server.
-    pub server: ApiServerHandle,
+    pub server: Backend,
     /// Kubeconfig file for the binaries.
     pub kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
@@ -42,9 +44,21 @@ impl Cluster {
 
     async fn start_with(config: ApiServerConfig) -> Self {
         let crds = ferrolb_api::crd::chart_crd_dir();
-        let server = ApiServer::start(config.with_crd_dir(crds))
-            .await
-            .expect("test API server starts");
+        // The real server is always dual-stack (10.96.0.0/16 and fd00:10:96::/108) and needs no
+        // controller-manager here: nothing is deleted with its namespace.
+        let server = Backend::start(
+            &[crds],
+            |c| ApiServerConfig {
+                cluster: config.cluster,
+                ..c
+            },
+            |r| ferrolb_tests::realkube::RealKubeConfig {
+                controller_manager: false,
+                ..r
+            },
+        )
+        .await
+        .expect("the API server starts");
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
@@ -165,7 +179,11 @@ impl Cluster {
                 "--retry-period",
                 "500ms",
             ])
-            .args(["--log-level", "warn"])
+            // FERROLB_TEST_LOG=info shows what the controller did when a test fails.
+            .args([
+                "--log-level",
+                &std::env::var("FERROLB_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

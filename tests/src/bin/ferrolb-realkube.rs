@@ -72,7 +72,7 @@ fn main() -> anyhow::Result<()> {
         let kube = RealKube::start(config)
             .await
             .context("starting the control plane")?;
-        let client = kube.client().await?;
+        let client = kube.client()?;
         realkube::install_crds(&client, &crds)
             .await
             .context("installing CRDs")?;
