@@ -524,37 +524,9 @@ impl RealKube {
         out
     }
 
-    /// A bearer token of ServiceAccount `namespace/name` (created if missing), valid for an hour,
-    /// minted by the TokenRequest API as the kubelet would.
+    /// A bearer token of ServiceAccount `namespace/name`: see [`service_account_token`].
     pub async fn token_for(&self, namespace: &str, name: &str) -> Result<String> {
-        let client = self.client()?;
-        let sas: Api<ServiceAccount> = Api::namespaced(client, namespace);
-        if sas
-            .get_opt(name)
-            .await
-            .map_err(kube_err(format!(
-                "reading ServiceAccount {namespace}/{name}"
-            )))?
-            .is_none()
-        {
-            let sa: ServiceAccount =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
-                    .expect("a ServiceAccount");
-            let _ = sas.create(&PostParams::default(), &sa).await;
-        }
-        let req = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec![ISSUER.into()],
-                expiration_seconds: Some(3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer: TokenRequest = sas
-            .create_subresource("token", name, &PostParams::default(), &req)
-            .await
-            .map_err(kube_err(format!("minting a token for {namespace}/{name}")))?;
-        Ok(answer.status.map(|s| s.token).unwrap_or_default())
+        service_account_token(self.client()?, namespace.into(), name.into()).await
     }
 
     /// Writes a kubeconfig for ServiceAccount `namespace/name` to `path`.
@@ -603,6 +575,43 @@ impl Drop for RealKube {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A bearer token of ServiceAccount `namespace/name` (created if missing), valid for an hour,
+/// minted through `client` by the TokenRequest API as the kubelet would. Owned arguments, so it
+/// can be spawned on a runtime inside a network namespace.
+pub async fn service_account_token(
+    client: kube::Client,
+    namespace: String,
+    name: String,
+) -> Result<String> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client, &namespace);
+    if sas
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!(
+            "reading ServiceAccount {namespace}/{name}"
+        )))?
+        .is_none()
+    {
+        let sa: ServiceAccount =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+                .expect("a ServiceAccount");
+        let _ = sas.create(&PostParams::default(), &sa).await;
+    }
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![ISSUER.into()],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer: TokenRequest = sas
+        .create_subresource("token", &name, &PostParams::default(), &req)
+        .await
+        .map_err(kube_err(format!("minting a token for {namespace}/{name}")))?;
+    Ok(answer.status.map(|s| s.token).unwrap_or_default())
 }
 
 /// The audit policy: every request at `Metadata` level (who, what, the answer's code).

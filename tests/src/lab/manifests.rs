@@ -92,3 +92,39 @@ pub async fn apply(client: &kube::Client, files: &[PathBuf]) -> Result<usize, La
     }
     Ok(created)
 }
+
+/// Applies `docs` with server-side apply under `manager`, in order, each to the resource its
+/// `apiVersion` and `kind` name (found by discovery, so CRDs applied earlier in `docs` must be
+/// established first). Returns how many objects were applied; the first refusal is an error
+/// naming the object and the server's message.
+pub async fn server_side_apply(
+    client: &kube::Client,
+    docs: &[Value],
+    manager: &str,
+) -> Result<usize, String> {
+    let mut applied = 0;
+    for doc in docs {
+        let gvk = gvk_of(doc).ok_or("a document lacks apiVersion or kind")?;
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let what = format!("{} {name}", gvk.kind);
+        let (ar, caps) = discovery::pinned_kind(client, &gvk)
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+            Scope::Namespaced => {
+                let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+        };
+        api.patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(doc),
+        )
+        .await
+        .map_err(|e| format!("applying {what}: {e}"))?;
+        applied += 1;
+    }
+    Ok(applied)
+}

@@ -1,6 +1,13 @@
 //! The real controller and speaker, started with the arguments and environment the chart renders,
-//! against the test API server: every call each makes must be granted by the rendered RBAC, and
-//! the table of calls the chart is checked against must be the calls it makes.
+//! against an API server: every call each makes must be granted by the rendered RBAC, and the
+//! table of calls the chart is checked against must be the calls it makes.
+//!
+//! Against the test double (default) the calls come from its request log and the grants are read
+//! off the rendered RBAC. With `FERROLB_APISERVER=real` the rendered chart is applied whole to a
+//! real kube-apiserver (server-side apply), each binary runs on a token of its own ServiceAccount
+//! under the real RBAC authorizer, the calls come from the server's audit log, and no call may be
+//! refused (403). `a_rule_removed_from_the_charts_rbac_is_refused_by_the_real_server` shows that
+//! this check can fail.
 //!
 //! Only `--metrics-addr` (a free loopback port, tests run in parallel) and `--kubeconfig` (there is
 //! no in-cluster configuration here) differ from the chart; downward-API variables get the values
@@ -14,10 +21,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferrolb_tests::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle, RequestRecord};
+use ferrolb_tests::apiserver::{ApiServerConfig, RequestRecord};
+use ferrolb_tests::backend::{Backend, BackendKind};
 use ferrolb_tests::lab::{API_PORT, manifests};
 use ferrolb_tests::netns::topology::API_V4;
 use ferrolb_tests::netns::{self, Topology};
+use ferrolb_tests::realkube::{RealKubeConfig, service_account_token};
 use k8s_openapi::api::core::v1::{Container, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{
@@ -25,7 +34,7 @@ use kube::api::{
 };
 use serde_json::json;
 
-use super::render::{Objects, chart_dir, flag, only_container, variant, workspace};
+use super::render::{Objects, chart_dir, flag, only_container, variant, variants, workspace};
 use super::{ApiCall, CONTROLLER_API_CALLS, NAMESPACE, SPEAKER_API_CALLS, Scope};
 
 /// Calls in the controller's table that its scenario does not provoke, and why.
@@ -275,7 +284,7 @@ fn granted(objects: &Objects, account: &str, record: &RequestRecord, call: &Call
 }
 
 /// The requests `account` made (told apart by the User-Agent each binary sets).
-fn requests_of(server: &ApiServerHandle, account: &str) -> Vec<RequestRecord> {
+fn requests_of(server: &Backend, account: &str) -> Vec<RequestRecord> {
     server
         .request_log()
         .into_iter()
@@ -283,7 +292,7 @@ fn requests_of(server: &ApiServerHandle, account: &str) -> Vec<RequestRecord> {
         .collect()
 }
 
-fn calls_of(server: &ApiServerHandle, account: &str) -> BTreeSet<Call> {
+fn calls_of(server: &Backend, account: &str) -> BTreeSet<Call> {
     requests_of(server, account)
         .iter()
         .filter_map(as_call)
@@ -292,7 +301,7 @@ fn calls_of(server: &ApiServerHandle, account: &str) -> BTreeSet<Call> {
 
 /// Polls (every 200 ms, in a blocking-safe way) until `account` has made every call of `want`;
 /// returns whether it did within [`SETTLE`].
-fn wait_for_calls(server: &ApiServerHandle, account: &str, want: &BTreeSet<Call>) -> bool {
+fn wait_for_calls(server: &Backend, account: &str, want: &BTreeSet<Call>) -> bool {
     let deadline = Instant::now() + SETTLE;
     while Instant::now() < deadline {
         if want.is_subset(&calls_of(server, account)) {
@@ -306,7 +315,7 @@ fn wait_for_calls(server: &ApiServerHandle, account: &str, want: &BTreeSet<Call>
 /// The assertions both binaries answer to: every call granted, every call in the table, every
 /// provokable call of the table made.
 fn assert_calls_match(
-    server: &ApiServerHandle,
+    server: &Backend,
     objects: &Objects,
     account: &str,
     table_name: &str,
@@ -335,6 +344,82 @@ fn assert_calls_match(
         unused.is_empty(),
         "{table_name} lists calls {account} did not make: {unused:?}"
     );
+    if let Some(real) = server.real() {
+        let user = format!("system:serviceaccount:{NAMESPACE}:{account}");
+        let forbidden: Vec<String> = real
+            .request_log()
+            .into_iter()
+            .filter(|r| r.user == user && r.request.status == 403)
+            .map(|r| format!("{} {}", r.request.method, r.request.path))
+            .collect();
+        assert!(
+            forbidden.is_empty(),
+            "the real RBAC authorizer refused {account}: {forbidden:#?}"
+        );
+        assert!(
+            real.request_log().iter().any(|r| r.user == user),
+            "{account} made its calls as its ServiceAccount {user}"
+        );
+    }
+}
+
+/// The rendered chart (its CRDs are installed by [`Backend::start`]) applied whole with
+/// server-side apply, as `helm install` would create it; `edit` may change the documents first.
+async fn apply_chart(
+    client: &kube::Client,
+    yaml: &str,
+    edit: impl FnOnce(&mut Vec<serde_json::Value>),
+) {
+    let mut docs: Vec<serde_json::Value> = Vec::new();
+    for de in serde_norway::Deserializer::from_str(yaml) {
+        let v = <serde_json::Value as serde::Deserialize>::deserialize(de).expect("rendered YAML");
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    for d in &mut docs {
+        if d["metadata"]["namespace"].is_null() && !cluster_scoped(d["kind"].as_str().unwrap_or(""))
+        {
+            d["metadata"]["namespace"] = json!(NAMESPACE);
+        }
+    }
+    edit(&mut docs);
+    // `helm install --create-namespace`: the release namespace first.
+    docs.insert(
+        0,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+    );
+    manifests::server_side_apply(client, &docs, "helm")
+        .await
+        .unwrap_or_else(|e| panic!("the real API server refused the rendered chart: {e}"));
+}
+
+fn cluster_scoped(kind: &str) -> bool {
+    matches!(
+        kind,
+        "ClusterRole" | "ClusterRoleBinding" | "CustomResourceDefinition" | "Namespace"
+    )
+}
+
+/// The kubeconfig a binary runs with: the admin's on the double; on a real server, a token of
+/// the ServiceAccount the rendered Pod names (so the real RBAC authorizer judges every call).
+/// `mint` runs the token request (on a runtime that reaches the server).
+fn kubeconfig_for(
+    server: &Backend,
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    path: &Path,
+    mint: impl FnOnce(String) -> String,
+) {
+    match server.real() {
+        None => server.write_kubeconfig(path).expect("kubeconfig written"),
+        Some(real) => {
+            let account = pod
+                .service_account_name
+                .clone()
+                .expect("the chart names the Pod's ServiceAccount");
+            std::fs::write(path, real.kubeconfig_yaml(&mint(account))).expect("kubeconfig written");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -347,19 +432,36 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
     };
     let container = only_container(objects.controller_pod());
 
-    let server =
-        ApiServer::start(ApiServerConfig::default().with_crd_dir(chart_dir().join("crds")))
-            .await
-            .expect("the test API server starts");
+    let server = Backend::start(
+        &[chart_dir().join("crds")],
+        |c| c,
+        |r| RealKubeConfig {
+            controller_manager: false,
+            ..r
+        },
+    )
+    .await
+    .expect("the API server starts");
     let client = server.client();
-    create_namespace(&client).await;
+    match server.kind() {
+        BackendKind::Double => create_namespace(&client).await,
+        BackendKind::Real => apply_chart(&client, &objects.yaml, |_| {}).await,
+    }
     seed_configuration(&client, "10.99.7.0/28").await;
     let dir = std::env::temp_dir().join(format!("ferrolb-chart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
-    server
-        .write_kubeconfig(&kubeconfig)
-        .expect("kubeconfig written");
+    let minting = client.clone();
+    kubeconfig_for(&server, objects.controller_pod(), &kubeconfig, |account| {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(service_account_token(
+                minting,
+                NAMESPACE.into(),
+                account,
+            ))
+        })
+        .expect("a ServiceAccount token")
+    });
 
     let downward = [
         ("metadata.namespace", NAMESPACE),
@@ -374,6 +476,19 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
     let expected = table(CONTROLLER_API_CALLS);
     let provokable = provokable(&expected, CONTROLLER_NOT_PROVOKED);
     tokio::task::block_in_place(|| wait_for_calls(&server, "ferrolb-controller", &provokable));
+    // It did its job: the Service has its address.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let web = services.get("web").await.expect("the Service");
+    let ingress = web
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress);
+    assert!(
+        ingress.is_some_and(|i| i
+            .iter()
+            .any(|a| a.ip.as_deref().is_some_and(|ip| ip.starts_with("10.99.7.")))),
+        "the controller assigned an address from the pool"
+    );
     drop(controller);
     let _ = std::fs::remove_dir_all(&dir);
     assert_calls_match(
@@ -392,7 +507,7 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
 /// listens: the session is configured and retried, never established), the Service's address
 /// and a ready endpoint on the speaker's node.
 struct SpeakerScene {
-    server: ApiServerHandle,
+    server: Backend,
     rt: tokio::runtime::Runtime,
     topo: Topology,
     dir: PathBuf,
@@ -403,21 +518,29 @@ impl SpeakerScene {
         let topo = Topology::create(&netns::unique_prefix("fchart")).expect("namespaces built");
         let rt = netns::runtime_in(topo.switch.name()).expect("runtime in the switch namespace");
         let crds = chart_dir().join("crds");
+        let switch = topo.switch.name().to_owned();
         let server = rt
             .block_on(rt.spawn(async move {
-                ApiServer::start(ApiServerConfig {
-                    listen: SocketAddr::new(API_V4.into(), API_PORT),
-                    ..ApiServerConfig::default().with_crd_dir(crds)
-                })
+                Backend::start(
+                    &[crds],
+                    |c| ApiServerConfig {
+                        listen: SocketAddr::new(API_V4.into(), API_PORT),
+                        ..c
+                    },
+                    |r| RealKubeConfig {
+                        address: API_V4.into(),
+                        port: API_PORT,
+                        netns: Some(switch),
+                        controller_manager: false,
+                        ..r
+                    },
+                )
                 .await
             }))
             .expect("API server task")
             .expect("the API server starts on the bridge");
         let dir = std::env::temp_dir().join(format!("{}-chart", topo.prefix));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        server
-            .write_kubeconfig(&dir.join("kubeconfig"))
-            .expect("kubeconfig written");
         let scene = Self {
             server,
             rt,
@@ -438,15 +561,33 @@ impl SpeakerScene {
         let lab = workspace().join("examples/lab");
         let files = ["10-nodes.yaml", "20-speakers.yaml"].map(|f| lab.join(f));
         let client = scene.client();
+        let real = scene.server.kind() == BackendKind::Real;
+        let yaml = objects.yaml.clone();
         scene.block(async move {
-            create_namespace(&client).await;
+            if real {
+                apply_chart(&client, &yaml, |_| {}).await;
+                // The ServiceAccount admission plugin wants a `default` account for the Pods;
+                // kube-controller-manager would make it, and it does not run here.
+                let sa = serde_json::from_value(json!({"metadata": {"name": "default"}}))
+                    .expect("a ServiceAccount");
+                let _ = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+                    client.clone(),
+                    NAMESPACE,
+                )
+                .create(&PostParams::default(), &sa)
+                .await;
+            } else {
+                create_namespace(&client).await;
+            }
             manifests::apply(&client, &files)
                 .await
                 .expect("Nodes and speaker Pods");
-            Api::<Secret>::namespaced(client.clone(), NAMESPACE)
-                .create(&PostParams::default(), &secret)
-                .await
-                .expect("the gossip Secret");
+            if !real {
+                Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .expect("the gossip Secret");
+            }
             seed_configuration(&client, "10.99.0.100-10.99.0.109").await;
             let spec = json!({"myASN": 64512, "peerASN": 64513, "peerAddress": "10.99.0.1",
                               "holdTime": "9s", "connectTime": "2s"});
@@ -529,6 +670,21 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
         assert_eq!(flag(container, name), Some(want), "default values: {name}");
     }
     let scene = SpeakerScene::start(objects);
+    let kubeconfig = scene.dir.join("kubeconfig");
+    kubeconfig_for(
+        &scene.server,
+        objects.speaker_pod(),
+        &kubeconfig,
+        |account| {
+            scene
+                .block(service_account_token(
+                    scene.client(),
+                    NAMESPACE.into(),
+                    account,
+                ))
+                .expect("a ServiceAccount token")
+        },
+    );
     let node = scene.topo.node(0).name().to_owned();
     let program: Vec<OsString> = vec![
         "ip".into(),
@@ -543,14 +699,9 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
         ("metadata.name", "ferrolb-speaker-x7k2p"),
     ];
     let speaker = Running(
-        as_rendered(
-            &program,
-            container,
-            &scene.dir.join("kubeconfig"),
-            &downward,
-        )
-        .spawn()
-        .expect("the speaker starts"),
+        as_rendered(&program, container, &kubeconfig, &downward)
+            .spawn()
+            .expect("the speaker starts"),
     );
 
     let account = "ferrolb-speaker";
@@ -596,4 +747,136 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
         &expected,
         &provokable,
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_removed_from_the_charts_rbac_is_refused_by_the_real_server() {
+    let Some(objects) = tokio::task::block_in_place(|| variant("default")) else {
+        return;
+    };
+    let Some(binary) = built_binary("ferrolb-controller", &["controller/src"]) else {
+        return;
+    };
+    if !ferrolb_tests::realkube::available() {
+        skip::<()>("the real control plane is not built: run scripts/realkube");
+        return;
+    }
+    let container = only_container(objects.controller_pod());
+    let server = Backend::start_kind(
+        BackendKind::Real,
+        &[chart_dir().join("crds")],
+        |c| c,
+        |r| RealKubeConfig {
+            controller_manager: false,
+            ..r
+        },
+    )
+    .await
+    .expect("the real API server starts");
+    let client = server.client();
+    // The chart without its grant to write Service status.
+    let mut removed = 0;
+    apply_chart(&client, &objects.yaml, |docs| {
+        for d in docs.iter_mut().filter(|d| d["kind"] == "ClusterRole") {
+            if let Some(rules) = d["rules"].as_array_mut() {
+                let before = rules.len();
+                rules.retain(|r| {
+                    !r["resources"]
+                        .as_array()
+                        .is_some_and(|rs| rs.iter().any(|x| x == "services/status"))
+                });
+                removed += before - rules.len();
+            }
+        }
+    })
+    .await;
+    assert_eq!(removed, 1, "the chart grants services/status in one rule");
+    seed_configuration(&client, "10.99.8.0/28").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let minting = client.clone();
+    kubeconfig_for(&server, objects.controller_pod(), &kubeconfig, |account| {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(service_account_token(
+                minting,
+                NAMESPACE.into(),
+                account,
+            ))
+        })
+        .expect("a ServiceAccount token")
+    });
+    let downward = [
+        ("metadata.namespace", NAMESPACE),
+        ("metadata.name", "ferrolb-controller-7d9f-abcde"),
+    ];
+    let _controller = Running(
+        as_rendered(&[binary.into()], container, &kubeconfig, &downward)
+            .spawn()
+            .expect("the controller starts"),
+    );
+    let real = server.real().expect("a real server");
+    let account = objects.controller_pod().service_account_name.clone();
+    let user = format!(
+        "system:serviceaccount:{NAMESPACE}:{}",
+        account.unwrap_or_default()
+    );
+    let deadline = Instant::now() + SETTLE;
+    let refused = loop {
+        let refused = real.request_log().into_iter().find(|r| {
+            r.user == user
+                && r.request.status == 403
+                && r.request.resource.as_deref() == Some("services")
+                && r.request.subresource.as_deref() == Some("status")
+        });
+        if refused.is_some() || Instant::now() > deadline {
+            break refused;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let refused = refused.expect("the real server refuses the status write with 403");
+    assert_eq!(refused.request.verb.map(|v| v.as_str()), Some("patch"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_values_variant_is_applied_whole_by_a_real_api_server() {
+    let Some(all) = tokio::task::block_in_place(variants) else {
+        return;
+    };
+    if !ferrolb_tests::realkube::available() {
+        skip::<()>("the real control plane is not built: run scripts/realkube");
+        return;
+    }
+    let monitoring = workspace().join("tests/fixtures/monitoring-crds");
+    let server = Backend::start_kind(
+        BackendKind::Real,
+        &[chart_dir().join("crds"), monitoring],
+        |c| c,
+        |r| RealKubeConfig {
+            controller_manager: false,
+            ..r
+        },
+    )
+    .await
+    .expect("the real API server starts");
+    let client = server.client();
+    // One release, upgraded through every variant in turn; `apply_chart` fails on any refusal.
+    for (name, objects) in all {
+        apply_chart(&client, &objects.yaml, |_| {}).await;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), NAMESPACE);
+        let controller = objects
+            .controller()
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            deployments
+                .get_opt(&controller)
+                .await
+                .expect("a read")
+                .is_some(),
+            "variant {name}: the controller Deployment is stored"
+        );
+    }
 }

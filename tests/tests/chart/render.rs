@@ -91,6 +91,8 @@ pub(crate) struct Objects {
     pub(crate) role_bindings: Vec<RoleBinding>,
     /// prometheus-operator objects, whose types k8s-openapi does not have.
     pub(crate) monitoring: Vec<Value>,
+    /// The rendered YAML itself, to apply to a real API server.
+    pub(crate) yaml: String,
 }
 
 /// Drops `null` members: the typed form cannot tell them from absent ones.
@@ -152,7 +154,10 @@ pub(crate) fn differences(rendered: &Value, typed: &Value, path: String, out: &m
 }
 
 pub(crate) fn parse_objects(yaml: &str) -> Objects {
-    let mut objects = Objects::default();
+    let mut objects = Objects {
+        yaml: yaml.to_owned(),
+        ..Objects::default()
+    };
     for document in serde_norway::Deserializer::from_str(yaml) {
         let value = Value::deserialize(document).expect("rendered YAML parses");
         if value.is_null() {
