@@ -9,6 +9,8 @@
 #   sudo ./examples/lab.sh --router frr    FRR instead of BIRD
 #   sudo ./examples/lab.sh --keep          leave it running; prints kubectl and shell hints
 #   sudo ./examples/lab.sh --down          remove a lab left running or crashed
+#   sudo ./examples/lab.sh --apiserver real   on a real kube-apiserver + etcd (built once by
+#                                            scripts/realkube from Go modules; needs Go)
 #
 # Needs Debian's iproute2 iputils-arping ndisc6 bird2 (or frr); the lab names what is missing.
 set -euo pipefail
@@ -36,6 +38,9 @@ if [ "${1:-}" = "--down" ] && [ -x "$lab" ]; then
 else
   build
 fi
+case " $* " in
+  *" --apiserver real "* | *" --apiserver=real "*) scripts/realkube >/dev/null ;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
   exec sudo "$lab" "$@"

@@ -15,7 +15,7 @@ use crate::realkube::{self, RealKube, RealKubeConfig};
 pub const BACKEND_ENV: &str = "FERROLB_APISERVER";
 
 /// Which kind of API server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
     /// The in-process test API server.
     Double,

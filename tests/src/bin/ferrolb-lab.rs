@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! ferrolb-lab [--router bird|frr] [--keep]   build, report, fail over, clean up (or keep running)
+//! ferrolb-lab --apiserver real                the same on a real kube-apiserver (scripts/realkube)
 //! ferrolb-lab --down                          remove a lab left running or crashed
 //! ferrolb-lab serve --node NAME --port P      the kube-proxy stand-in's server (run inside a node)
 //! ```
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use ferrolb_tests::backend::BackendKind;
 use ferrolb_tests::lab::report::{self, Failover, Fault};
 use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind, standin};
 use ferrolb_tests::netns::{self, topology};
@@ -53,6 +55,10 @@ struct Args {
     /// The CRDs to serve (default: the source tree's charts/ferrolb/crds).
     #[arg(long)]
     crds: Option<PathBuf>,
+    /// The API server: `double` (the in-process test server, fastest) or `real` (kube-apiserver
+    /// and etcd built by scripts/realkube). Default: `FERROLB_APISERVER`, else `double`.
+    #[arg(long)]
+    apiserver: Option<BackendKind>,
     /// The subcommand (internal).
     #[command(subcommand)]
     command: Option<Cmd>,
@@ -129,6 +135,9 @@ fn lab_main() -> anyhow::Result<()> {
     if let Some(c) = &args.crds {
         config.crds = c.clone();
     }
+    if let Some(a) = args.apiserver {
+        config.apiserver = a;
+    }
     std::fs::create_dir_all(&dir).ok();
 
     // Ctrl-C (and SIGTERM from --down) while building or reporting: clean up, then exit.
@@ -137,8 +146,10 @@ fn lab_main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     println!(
-        "building the lab: 3 nodes, a client, a {} router, a client behind it (namespaces {PREFIX}-*)",
-        args.router
+        "building the lab: 3 nodes, a client, a {} router, a client behind it (namespaces {PREFIX}-*), \
+         API server: {}",
+        args.router,
+        config.apiserver.as_str()
     );
     let mut lab = Lab::start(config)?;
     std::fs::write(dir.join("lab.pid"), std::process::id().to_string()).ok();

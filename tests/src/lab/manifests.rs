@@ -77,10 +77,24 @@ pub async fn apply(client: &kube::Client, files: &[PathBuf]) -> Result<usize, La
                     Api::namespaced_with(client.clone(), ns, &ar)
                 }
             };
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => created += 1,
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(bad(format!("creating {} {name}: {e}", gvk.kind))),
+            // A real server refuses Pods until kube-controller-manager has made their
+            // namespace's `default` ServiceAccount, a moment after the namespace: retry that.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => created += 1,
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(kube::Error::Api(e))
+                        if e.code == 403
+                            && e.message.contains("service account")
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(bad(format!("creating {} {name}: {e}", gvk.kind))),
+                }
+                break;
             }
             if let Some(status) = doc.get("status") {
                 let patch = serde_json::json!({ "status": status });

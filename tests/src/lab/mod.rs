@@ -34,9 +34,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use tokio::runtime::Runtime;
 
-use crate::apiserver::{ApiServer, ApiServerConfig, ApiServerHandle};
+use crate::backend::{Backend, BackendKind};
 use crate::netns::topology::{API_V4, NODE_NAMES, node_v4, node_v6};
 use crate::netns::{self, NetnsError, Process, Topology};
+use crate::realkube::RealKubeConfig;
 pub use router::{Router, RouterKind};
 pub use standin::{NoAnswer, SERVICE_PORT, Watched};
 
@@ -115,6 +116,10 @@ pub struct LabConfig {
     pub crds: PathBuf,
     /// Extra speaker arguments.
     pub speaker_args: Vec<String>,
+    /// The API server: the in-process double (fast start, the default) or a real
+    /// kube-apiserver with etcd in the switch namespace (`--apiserver real`). The default comes
+    /// from `FERROLB_APISERVER`.
+    pub apiserver: BackendKind,
 }
 
 impl LabConfig {
@@ -132,6 +137,7 @@ impl LabConfig {
             manifests: root.join("examples/lab"),
             crds: root.join("charts/ferrolb/crds"),
             speaker_args: Vec::new(),
+            apiserver: BackendKind::from_env(),
         }
     }
 }
@@ -167,7 +173,7 @@ pub struct Lab {
     standins: Vec<Process>,
     /// The router daemons.
     pub router: Router,
-    api: Option<ApiServerHandle>,
+    api: Option<Backend>,
     rt: Runtime,
     /// The namespaces.
     pub topo: Arc<Topology>,
@@ -192,20 +198,38 @@ impl Lab {
         let router = Router::start(config.router, &topo.router, &config.dir)?;
         let rt = netns::runtime_in(topo.switch.name())?;
         let crds = config.crds.clone();
+        let kind = config.apiserver;
+        let switch = topo.switch.name().to_owned();
+        let api_dir = config.dir.join("kube");
         let api = rt
             .block_on(rt.spawn(async move {
-                let mut config = ApiServerConfig {
-                    listen: SocketAddr::new(API_V4.into(), API_PORT),
-                    ..ApiServerConfig::default().with_crd_dir(crds)
-                };
-                // A dual-stack cluster, so Services can ask for an IPv6 address too.
-                config.cluster.service_cidr_base = std::net::Ipv4Addr::new(10, 99, 96, 0);
-                config.cluster.service_cidr_v6 =
-                    Some(std::net::Ipv6Addr::new(0xfd00, 0x99, 0, 0x96, 0, 0, 0, 0));
-                ApiServer::start(config).await
+                Backend::start_kind(
+                    kind,
+                    &[crds],
+                    |mut c| {
+                        c.listen = SocketAddr::new(API_V4.into(), API_PORT);
+                        // A dual-stack cluster, so Services can ask for an IPv6 address too.
+                        c.cluster.service_cidr_base = std::net::Ipv4Addr::new(10, 99, 96, 0);
+                        c.cluster.service_cidr_v6 =
+                            Some(std::net::Ipv6Addr::new(0xfd00, 0x99, 0, 0x96, 0, 0, 0, 0));
+                        c
+                    },
+                    |r| RealKubeConfig {
+                        address: API_V4.into(),
+                        port: API_PORT,
+                        netns: Some(switch),
+                        // Pods need their namespace's `default` ServiceAccount, which the
+                        // controller-manager makes.
+                        controller_manager: true,
+                        service_cidrs: "10.99.96.0/20,fd00:99:0:96::/108".into(),
+                        dir: Some(api_dir),
+                        ..r
+                    },
+                )
+                .await
             }))
             .map_err(|e| LabError::ApiServer(e.to_string()))?
-            .map_err(|e| LabError::ApiServer(e.to_string()))?;
+            .map_err(LabError::ApiServer)?;
         let kubeconfig = config.dir.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig)
             .map_err(|source| LabError::Io {
