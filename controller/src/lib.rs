@@ -3,12 +3,16 @@
 //! # Layout
 //! - [`allocator`]: the pure allocator (no I/O, no clock).
 //! - [`convert`]: Kubernetes objects to allocator data and back (pure).
+//! - [`error`]: why an API call failed, as a type with a metric label.
+//! - [`queue`]: the deduplicating work queue keyed by Service.
 //! - [`leader`]: Lease election (pure core + shell).
 //! - [`reconcile`]: the shell that reads the cluster, asks the allocator and writes status.
 //! - [`metrics`]: Prometheus metrics.
 
 pub mod allocator;
 pub mod convert;
+pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod queue;
 pub mod reconcile;

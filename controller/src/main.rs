@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  main ─┬─ leader::lease::run ── Lease (resourceVersion-guarded) ──► Leadership
-//!        ├─ watchers ─► reflector stores ─► Dirty (one Service, or All) ─► mpsc
+//!        ├─ watchers ─► reflector stores ─► WorkQueue (deduplicated Service keys, or
+//!        │                                  "everything"; records nothing while standby)
 //!        ├─ telemetry::serve  (/metrics /healthz /readyz)
 //!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
 //!                 pass(changed Services) per batch of changes; pass(All) every 30 s and
@@ -18,20 +19,20 @@ use clap::Parser;
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
 use ferrolb_controller::allocator::IpMode;
-use ferrolb_controller::allocator::ServiceKey;
 use ferrolb_controller::convert::ClassFilter;
 use ferrolb_controller::convert::service_key;
 use ferrolb_controller::leader::lease::{self, Leadership};
 use ferrolb_controller::leader::{Elector, Timing};
 use ferrolb_controller::metrics::Metrics;
-use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores, retry_delay};
+use ferrolb_controller::queue::WorkQueue;
+use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// Command-line flags; each can also come from the environment variable shown.
@@ -154,39 +155,39 @@ async fn main() -> anyhow::Result<()> {
     ));
     let mut leadership = Leadership::new(until_rx);
 
-    let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel();
+    let queue = Arc::new(WorkQueue::new());
     let ns = args.namespace.clone();
     let stores = Stores {
-        services: spawn_store(Api::all(client.clone()), &dirty_tx, |s: &Service| {
-            Dirty::Service(service_key(s))
+        services: spawn_store(Api::all(client.clone()), &queue, |q, s: &Service| {
+            q.add(service_key(s))
         }),
-        namespaces: spawn_store(Api::all(client.clone()), &dirty_tx, |_: &Namespace| {
-            Dirty::All
+        namespaces: spawn_store(Api::all(client.clone()), &queue, |q, _: &Namespace| {
+            q.add_everything()
         }),
         pools: spawn_store(
             Api::namespaced(client.clone(), &ns),
-            &dirty_tx,
-            |_: &IPAddressPool| Dirty::All,
+            &queue,
+            |q, _: &IPAddressPool| q.add_everything(),
         ),
         l2: spawn_store(
             Api::namespaced(client.clone(), &ns),
-            &dirty_tx,
-            |_: &L2Advertisement| Dirty::All,
+            &queue,
+            |q, _: &L2Advertisement| q.add_everything(),
         ),
         bgp: spawn_store(
             Api::namespaced(client.clone(), &ns),
-            &dirty_tx,
-            |_: &BGPAdvertisement| Dirty::All,
+            &queue,
+            |q, _: &BGPAdvertisement| q.add_everything(),
         ),
         peers: spawn_store(
             Api::namespaced(client.clone(), &ns),
-            &dirty_tx,
-            |_: &BGPPeer| Dirty::All,
+            &queue,
+            |q, _: &BGPPeer| q.add_everything(),
         ),
         communities: spawn_store(
             Api::namespaced(client.clone(), &ns),
-            &dirty_tx,
-            |_: &Community| Dirty::All,
+            &queue,
+            |q, _: &Community| q.add_everything(),
         ),
     };
 
@@ -212,8 +213,12 @@ async fn main() -> anyhow::Result<()> {
     let work = async {
         loop {
             metrics.leader.set(0);
+            queue.set_accepting(false);
             leadership.wait_until_leader().await;
             metrics.leader.set(1);
+            // Recording starts before the LIST, so no change between the LIST and the first
+            // (full) pass is lost.
+            queue.set_accepting(true);
             let mut controller = match Controller::start(
                 client.clone(),
                 settings.clone(),
@@ -227,41 +232,35 @@ async fn main() -> anyhow::Result<()> {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "could not load the cluster state; retrying");
-                    metrics.api_error("list");
+                    metrics.api_error("list", &e.into());
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             };
-            let mut failures = 0u32;
             let mut scope = Scope::All;
             let mut last_full = Instant::now();
             while leadership.is_leader() {
-                let report = controller.pass(&stores, scope).await;
-                failures = if report.failed > 0 { failures + 1 } else { 0 };
-                let wait = if failures > 0 {
-                    retry_delay(failures)
-                } else {
-                    RESYNC
-                };
-                let mut keys = report.retry;
-                let mut full = false;
+                let report = controller.pass(&stores, scope, Instant::now()).await;
+                let mut wake = last_full + RESYNC;
+                if let Some(at) = report.next_retry {
+                    wake = wake.min(at);
+                }
+                if !report.retry.is_empty() {
+                    // Re-read soon, once the cache has the Service's new version.
+                    wake = wake.min(Instant::now() + Duration::from_millis(20));
+                }
                 tokio::select! {
-                    Some(first) = dirty_rx.recv() => {
+                    _ = queue.changed() => {
                         // Collect what else changes in the next few milliseconds into one pass.
                         tokio::time::sleep(Duration::from_millis(20)).await;
-                        for d in std::iter::once(first).chain(std::iter::from_fn(|| dirty_rx.try_recv().ok())) {
-                            match d {
-                                Dirty::Service(k) => { keys.insert(k); }
-                                Dirty::All => full = true,
-                            }
-                        }
                     }
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep_until(wake.into()) => {}
                 }
-                if last_full.elapsed() >= RESYNC {
-                    full = true;
-                }
-                scope = if full {
+                let batch = queue.take();
+                let mut keys = report.retry;
+                keys.extend(batch.services);
+                keys.extend(controller.due(Instant::now()));
+                scope = if batch.everything || last_full.elapsed() >= RESYNC {
                     last_full = Instant::now();
                     Scope::All
                 } else {
@@ -280,23 +279,11 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a watched change makes dirty.
-enum Dirty {
-    /// One Service.
-    Service(ServiceKey),
-    /// Everything (a pool, namespace or advertisement changed).
-    All,
-}
-
 /// A pass over every Service at least this often, whatever the watches say.
 const RESYNC: Duration = Duration::from_secs(30);
 
-/// Starts a watcher feeding a reflector store; every change is sent to the reconcile loop.
-fn spawn_store<K>(
-    api: Api<K>,
-    dirty: &mpsc::UnboundedSender<Dirty>,
-    what: fn(&K) -> Dirty,
-) -> Store<K>
+/// Starts a watcher feeding a reflector store; every change is recorded in the work queue.
+fn spawn_store<K>(api: Api<K>, queue: &Arc<WorkQueue>, record: fn(&WorkQueue, &K)) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -306,9 +293,9 @@ where
         + Sync
         + 'static,
 {
-    let dirty = dirty.clone();
+    let queue = queue.clone();
     ferrolb_telemetry::watch_store(api, watcher::Config::default(), move |obj| {
-        let _ = dirty.send(what(obj));
+        record(&queue, obj)
     })
 }
 

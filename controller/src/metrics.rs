@@ -23,11 +23,13 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
-/// Label of API error counters.
+/// Labels of API error counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
     /// What was attempted (`status_write`, `list`, `event`, ...).
     pub operation: String,
+    /// Why it failed: [`crate::error::ApiCallError::metric_label`].
+    pub reason: String,
 }
 
 /// Labels of the per-address assignment gauge.
@@ -52,7 +54,7 @@ pub struct Metrics {
     pub services_allocated: Gauge,
     /// Allocation failures by reason.
     pub allocation_failures: Family<ReasonLabels, Counter>,
-    /// Kubernetes API errors by operation.
+    /// Kubernetes API errors by operation and reason.
     pub api_errors: Family<OperationLabels, Counter>,
     /// Status writes that changed a Service's addresses.
     pub status_writes: Counter,
@@ -88,7 +90,7 @@ impl Metrics {
         );
         registry.register(
             "api_errors",
-            "Kubernetes API errors, by operation",
+            "Kubernetes API errors, by operation and reason",
             self.api_errors.clone(),
         );
         registry.register(
@@ -103,11 +105,12 @@ impl Metrics {
         );
     }
 
-    /// Counts an API error of `operation`.
-    pub fn api_error(&self, operation: &str) {
+    /// Counts a failed API call of `operation`.
+    pub fn api_error(&self, operation: &str, error: &crate::error::ApiCallError) {
         self.api_errors
             .get_or_create(&OperationLabels {
                 operation: operation.into(),
+                reason: error.metric_label().into(),
             })
             .inc();
     }

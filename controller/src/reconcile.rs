@@ -11,13 +11,19 @@
 //!                                                            API writes (bounded concurrency)
 //! ```
 //!
-//! A pass is level-triggered: it looks at every Service, so a dropped watch, a failed write or
-//! a restart only delays convergence. On becoming leader, the allocator is rebuilt from a fresh
-//! LIST of pools and Services (never from a cache that might lag the previous leader's writes).
+//! A pass looks at the Services the work queue names (every Service at start, on pool or
+//! namespace changes and every 30 s), so a dropped watch, a failed write or a restart only
+//! delays convergence. On becoming leader, the allocator is rebuilt from a fresh LIST of pools
+//! and Services (never from a cache that might lag the previous leader's writes).
+//!
+//! One API write per assignment: the status patch carries the pool annotation too (a Service's
+//! status strategy resets only `spec`, so kube-apiserver applies `metadata.annotations` from a
+//! `/status` merge patch). A Service whose write fails backs off on its own (200 ms doubling to
+//! 30 s), with a `StatusWriteFailed` Event after five failures in a row; the others go on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{
@@ -33,12 +39,13 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, debug_span, info, warn};
 
 use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
 use crate::convert::{
     ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
 };
+use crate::error::ApiCallError;
 use crate::leader::lease::Leadership;
 use crate::metrics::{AssignedLabels, Metrics, PoolLabels, ReasonLabels};
 
@@ -69,7 +76,19 @@ struct Memo {
     written_over: Option<String>,
     /// The reason of the last failure reported as an Event (Events only on transitions).
     last_failure: Option<String>,
+    /// Status writes that failed in a row, and when the next may be tried.
+    write_failures: u32,
+    retry_at: Option<Instant>,
+    /// Whether the cache has shown the status we want since we last wrote it: a difference
+    /// after that is another writer's change, restored with an Event.
+    confirmed: bool,
+    /// The addresses a Service that stopped being ours held, until its status no longer
+    /// shows them (they are released from the allocator at once).
+    releasing: Vec<String>,
 }
+
+/// Failed status writes in a row after which a `StatusWriteFailed` Event is emitted.
+pub const EVENT_AFTER_FAILURES: u32 = 5;
 
 /// One write a pass decided on.
 enum Write {
@@ -109,7 +128,7 @@ pub enum Scope {
 struct WriteResult {
     /// For a status write: the Service and the resourceVersion the write was based on.
     status_of: Option<(ServiceKey, Option<String>)>,
-    ok: bool,
+    result: Result<(), ApiCallError>,
     operation: &'static str,
 }
 
@@ -125,6 +144,8 @@ pub struct Controller {
     memo: HashMap<ServiceKey, Memo>,
     /// Addresses exported in `ferrolb_service_address_assigned`, per Service.
     exported: HashMap<ServiceKey, Vec<String>>,
+    /// Services backing off after failed writes, by when they may be tried again.
+    backoff: BTreeSet<(Instant, ServiceKey)>,
 }
 
 /// Result of one pass.
@@ -134,8 +155,10 @@ pub struct PassReport {
     pub writes: usize,
     /// Writes that failed.
     pub failed: usize,
-    /// Services whose status write failed: the next pass looks at them again.
+    /// Services to look at again in the next pass (their object changed under a write).
     pub retry: BTreeSet<ServiceKey>,
+    /// When the first Service backing off may be tried again.
+    pub next_retry: Option<Instant>,
 }
 
 impl Controller {
@@ -179,13 +202,26 @@ impl Controller {
             pools_in,
             memo: HashMap::new(),
             exported: HashMap::new(),
+            backoff: BTreeSet::new(),
         })
+    }
+
+    /// The Services whose back-off ended by `now`: the caller adds them to the next scope.
+    pub fn due(&mut self, now: Instant) -> BTreeSet<ServiceKey> {
+        let mut due = BTreeSet::new();
+        while let Some((at, _)) = self.backoff.first()
+            && *at <= now
+        {
+            let (_, key) = self.backoff.pop_first().expect("checked above");
+            due.insert(key);
+        }
+        due
     }
 
     /// Looks at the Services in `scope` (every Service and pool when pools changed) and applies
     /// what changed. Services that an address freed during the pass lets retry are looked at in
-    /// the same pass.
-    pub async fn pass(&mut self, stores: &Stores, scope: Scope) -> PassReport {
+    /// the same pass; Services backing off until after `now` are left for later.
+    pub async fn pass(&mut self, stores: &Stores, scope: Scope, now: Instant) -> PassReport {
         let pools = stores.pools.state();
         let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
         let pools_in = allocator_pools(&pool_objs, self.settings.default_ip_mode);
@@ -219,6 +255,16 @@ impl Controller {
             if *n > 3 {
                 continue; // a Service freed and refused in a loop: the next pass looks again
             }
+            if self
+                .memo
+                .get(&key)
+                .and_then(|m| m.retry_at)
+                .is_some_and(|at| at > now)
+            {
+                continue; // backing off; `due` brings it back
+            }
+            let span = debug_span!("service", service = %key);
+            let _entered = span.enter();
             let object = stores
                 .services
                 .get(&ObjectRef::new(&key.name).within(&key.namespace));
@@ -238,7 +284,8 @@ impl Controller {
         for key in visits.keys() {
             self.export_assignment(key);
         }
-        let report = self.apply(writes).await;
+        let mut report = self.apply(writes, now).await;
+        report.next_retry = self.backoff.first().map(|(at, _)| *at);
         if full {
             self.write_config_status(stores, &pool_objs).await;
             self.update_metrics(&pool_objs);
@@ -270,28 +317,50 @@ impl Controller {
         }
     }
 
-    /// A Service that stopped being ours (type or class changed) loses what we wrote on it.
+    /// A Service that stopped being ours (type or class changed) loses what we wrote on it:
+    /// our pool annotation, and those ingress entries that hold our addresses. Entries another
+    /// implementation wrote meanwhile stay, so the release never races the new owner.
     fn plan_clear(&mut self, svc: &Arc<Service>, writes: &mut Vec<Write>) {
         let key = service_key(svc);
+        let held: Vec<String> = self
+            .allocator
+            .assignment(&key)
+            .map(|a| a.ips.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
         let memo = self.memo.entry(key.clone()).or_default();
-        let ours = svc
+        if !held.is_empty() {
+            memo.releasing = held;
+        }
+        let annotated = svc
             .annotations()
             .contains_key(names::IP_ALLOCATED_FROM_POOL);
-        if !ours || (memo.written_over.is_some() && memo.written_over == svc.resource_version()) {
+        let current = current_ingress(svc);
+        let kept: Vec<LoadBalancerIngress> = current
+            .iter()
+            .filter(|i| !i.ip.as_ref().is_some_and(|ip| memo.releasing.contains(ip)))
+            .cloned()
+            .collect();
+        if !annotated && kept.len() == current.len() {
+            memo.releasing.clear();
+            return;
+        }
+        if memo.written_over.is_some() && memo.written_over == svc.resource_version() {
             return;
         }
         writes.push(Write::Status {
             key,
             rv: svc.resource_version(),
-            ingress: vec![],
+            ingress: kept,
             pool: None,
         });
-        writes.push(event(
-            svc,
-            EventType::Normal,
-            "ClearAssignment",
-            "Service is no longer handled by FerroLB; its address was released".into(),
-        ));
+        if annotated {
+            writes.push(event(
+                svc,
+                EventType::Normal,
+                "ClearAssignment",
+                "Service is no longer handled by FerroLB; its address was released".into(),
+            ));
+        }
     }
 
     /// Plans one Service; returns the Services that may retry because this one freed addresses.
@@ -346,12 +415,32 @@ impl Controller {
             None => self.memo.entry(key.clone()).or_default().last_failure = None,
         }
         let desired = desired_ingress(svc, outcome.assignment());
+        let current = current_ingress(svc);
+        let memo = self.memo.entry(key.clone()).or_default();
+        if desired == current {
+            memo.confirmed = true;
+        } else if memo.confirmed && matches!(outcome, Outcome::Unchanged(_)) {
+            // We had seen our status in place, the allocator's decision did not change, and
+            // the status did: another writer (a controller, a user) changed it.
+            memo.confirmed = false;
+            let shown: Vec<String> = current.iter().filter_map(|i| i.ip.clone()).collect();
+            writes.push(event(
+                svc,
+                EventType::Warning,
+                "StatusRestored",
+                format!(
+                    "status.loadBalancer.ingress was changed by another writer to [{}]; \
+                     restored the address FerroLB holds for this Service",
+                    shown.join(", ")
+                ),
+            ));
+        }
         let pool = outcome.assignment().map(|a| a.pool.clone());
         let annotated = svc
             .annotations()
             .get(names::IP_ALLOCATED_FROM_POOL)
             .cloned();
-        if desired != current_ingress(svc) || annotated != pool {
+        if desired != current || annotated != pool {
             writes.push(Write::Status {
                 key,
                 rv: svc.resource_version(),
@@ -381,7 +470,7 @@ impl Controller {
         }
     }
 
-    async fn apply(&mut self, writes: Vec<Write>) -> PassReport {
+    async fn apply(&mut self, writes: Vec<Write>, now: Instant) -> PassReport {
         let client = self.client.clone();
         let recorder = self.recorder.clone();
         let total = writes.len();
@@ -391,13 +480,19 @@ impl Controller {
                 let client = client.clone();
                 let recorder = recorder.clone();
                 let leadership = leadership.clone();
+                let span = match &w {
+                    Write::Status { key, .. } => debug_span!("write", service = %key),
+                    Write::Event { svc, .. } => {
+                        debug_span!("event", service = %service_key(svc))
+                    }
+                };
                 async move {
                     // Checked before every write, not once per pass: a pass can outlast the
                     // renew deadline, and a replica that lost the Lease must not write.
                     if !leadership.is_leader() {
                         return WriteResult {
                             status_of: None,
-                            ok: false,
+                            result: Err(ApiCallError::NotLeader),
                             operation: "not_leader",
                         };
                     }
@@ -408,7 +503,7 @@ impl Controller {
                             ingress,
                             pool,
                         } => {
-                            let ok = write_status(
+                            let result = write_status(
                                 &client,
                                 &key,
                                 rv.as_deref(),
@@ -418,20 +513,24 @@ impl Controller {
                             .await;
                             WriteResult {
                                 status_of: Some((key, rv)),
-                                ok,
+                                result,
                                 operation: "status_write",
                             }
                         }
                         Write::Event { svc, event } => {
-                            let ok = recorder.publish(&event, &svc.object_ref(&())).await.is_ok();
+                            let result = recorder
+                                .publish(&event, &svc.object_ref(&()))
+                                .await
+                                .map_err(ApiCallError::from);
                             WriteResult {
                                 status_of: None,
-                                ok,
+                                result,
                                 operation: "event",
                             }
                         }
                     }
                 }
+                .instrument(span)
             })
             .buffer_unordered(16)
             .collect()
@@ -440,20 +539,55 @@ impl Controller {
             writes: total,
             ..Default::default()
         };
+        let mut repeated_failures = Vec::new();
         for result in results {
-            if !result.ok {
-                report.failed += 1;
-                self.metrics.api_error(result.operation);
-                if let Some((key, _)) = result.status_of {
-                    report.retry.insert(key);
+            let Err(error) = result.result else {
+                if let Some((key, rv)) = result.status_of {
+                    self.metrics.status_writes.inc();
+                    let m = self.memo.entry(key).or_default();
+                    m.written_over = rv;
+                    m.write_failures = 0;
+                    m.retry_at = None;
                 }
                 continue;
+            };
+            report.failed += 1;
+            self.metrics.api_error(result.operation, &error);
+            let Some((key, _)) = result.status_of else {
+                continue;
+            };
+            if error.is_benign() {
+                // The Service changed or went away under the write: read it again next pass.
+                debug!(service = %key, %error, "status write not applied; re-reading");
+                report.retry.insert(key);
+                continue;
             }
-            if let Some((key, rv)) = result.status_of {
-                self.metrics.status_writes.inc();
-                if let Some(m) = self.memo.get_mut(&key) {
-                    m.written_over = rv;
-                }
+            let m = self.memo.entry(key.clone()).or_default();
+            m.write_failures += 1;
+            let at = now + write_backoff(m.write_failures);
+            if let Some(old) = m.retry_at.replace(at) {
+                self.backoff.remove(&(old, key.clone()));
+            }
+            self.backoff.insert((at, key.clone()));
+            warn!(service = %key, failures = m.write_failures, %error, "status write failed; backing off");
+            if m.write_failures == EVENT_AFTER_FAILURES {
+                repeated_failures.push((key, error));
+            }
+        }
+        for (key, error) in repeated_failures {
+            let svc = service_ref(&key);
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "StatusWriteFailed".into(),
+                note: Some(format!(
+                    "writing the Service's status failed {EVENT_AFTER_FAILURES} times in a row \
+                     ({error}); retrying with back-off"
+                )),
+                action: "Allocate".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &svc).await {
+                self.metrics.api_error("event", &ApiCallError::from(e));
             }
         }
         report
@@ -494,7 +628,8 @@ impl Controller {
                     .await
                 {
                     warn!(pool = %name, error = %e, "writing pool status failed");
-                    self.metrics.api_error("pool_status");
+                    self.metrics
+                        .api_error("pool_status", &ApiCallError::from(e));
                 }
             }
         }
@@ -564,7 +699,8 @@ impl Controller {
             .await
         {
             warn!(object = %name, error = %e, "writing condition failed");
-            self.metrics.api_error("config_status");
+            self.metrics
+                .api_error("config_status", &ApiCallError::from(e));
         }
     }
 
@@ -592,6 +728,17 @@ impl Controller {
         self.metrics
             .services_allocated
             .set(self.allocator.assignments().len() as i64);
+    }
+}
+
+/// An object reference to the Service `key`, for an Event about it.
+fn service_ref(key: &ServiceKey) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: Some(key.namespace.clone()),
+        name: Some(key.name.clone()),
+        ..Default::default()
     }
 }
 
@@ -685,66 +832,56 @@ fn allocator_pools(pools: &[IPAddressPool], default_mode: IpMode) -> Vec<Pool> {
     out
 }
 
-/// Writes `status.loadBalancer.ingress` (the whole list) and the pool annotation, each under
-/// the resourceVersion the decision was based on, so a Service changed meanwhile is re-read
-/// rather than overwritten.
+/// Writes `status.loadBalancer.ingress` (the whole list) and the pool annotation in one merge
+/// patch to `/status`, under the resourceVersion the decision was based on, so a Service changed
+/// meanwhile is re-read rather than overwritten. (kube-apiserver's Service status strategy
+/// resets only `spec`, so the annotation in the same patch is applied; checked against the real
+/// server in CI.)
 async fn write_status(
     client: &Client,
     key: &ServiceKey,
     rv: Option<&str>,
     ingress: &[LoadBalancerIngress],
     pool: Option<&str>,
-) -> bool {
+) -> Result<(), ApiCallError> {
     let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
-    let pp = PatchParams::default();
     let ingress_value = if ingress.is_empty() {
         serde_json::Value::Null
     } else {
         json!(ingress)
     };
-    let status = json!({
-        "metadata": {"resourceVersion": rv},
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": rv,
+            "annotations": {names::IP_ALLOCATED_FROM_POOL: pool},
+        },
         "status": {"loadBalancer": {"ingress": ingress_value}},
     });
-    let written = match api
-        .patch_status(&key.name, &pp, &Patch::Merge(status))
+    api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(patch))
         .await
-    {
-        Ok(s) => s,
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-            debug!(service = %key, code = e.code, "service changed meanwhile; will re-read");
-            return false;
-        }
-        Err(e) => {
-            warn!(service = %key, error = %e, "status write failed");
-            return false;
-        }
-    };
-    let annotated = written
-        .annotations()
-        .get(names::IP_ALLOCATED_FROM_POOL)
-        .map(String::as_str);
-    if annotated == pool {
-        return true;
-    }
-    let meta = json!({
-        "metadata": {
-            "resourceVersion": written.resource_version(),
-            "annotations": {names::IP_ALLOCATED_FROM_POOL: pool},
-        }
-    });
-    match api.patch(&key.name, &pp, &Patch::Merge(meta)).await {
-        Ok(_) => true,
-        Err(e) => {
-            debug!(service = %key, error = %e, "pool annotation write failed; will retry");
-            false
-        }
-    }
+        .map(|_| ())
+        .map_err(ApiCallError::from)
 }
 
-/// How long to wait before the next pass after one with failures: grows with consecutive failed
-/// passes, from 200 ms to 10 s.
-pub fn retry_delay(consecutive_failures: u32) -> Duration {
-    let ms = 200u64.saturating_mul(1 << consecutive_failures.min(6));
-    Duration::from_millis(ms.min(10_000))
+/// How long a Service waits after its `failures`-th failed write in a row: 200 ms doubling,
+/// at most 30 s.
+pub fn write_backoff(failures: u32) -> Duration {
+    let ms = 200u64.saturating_mul(1 << failures.saturating_sub(1).min(8));
+    Duration::from_millis(ms.min(30_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_backoff_doubles_from_200_ms_to_at_most_30_s() {
+        let waits: Vec<u64> = (1..=10)
+            .map(|n| write_backoff(n).as_millis() as u64)
+            .collect();
+        assert_eq!(
+            waits,
+            [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
+    }
 }

@@ -98,10 +98,14 @@ where
         + 'static,
 {
     use futures::StreamExt;
+    use kube::ResourceExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
     let (store, writer) = reflector::store();
+    // managedFields are never read, and are often the largest part of an object: dropped
+    // before the store keeps it.
     let stream = watcher(api, config.any_semantic())
         .default_backoff()
+        .modify(|obj| obj.managed_fields_mut().clear())
         .reflect(writer)
         .touched_objects();
     tokio::spawn(async move {

@@ -89,7 +89,8 @@ use Scope::{Cluster, InstallNamespace as Ns};
 /// pool annotation is a merge patch of the Service, status and conditions are merge patches of
 /// `/status`, the Lease is read, created and replaced, Events go through kube's `Recorder`).
 const CONTROLLER_API_CALLS: &[ApiCall] = &[
-    call(Cluster, "", "services", &["list", "watch", "patch"]),
+    // The pool annotation rides on the status patch: no write to the Service itself.
+    call(Cluster, "", "services", WATCH),
     call(Cluster, "", "services/status", PATCH),
     call(Cluster, "", "namespaces", WATCH),
     call(Cluster, "events.k8s.io", "events", EVENTS),

@@ -120,6 +120,8 @@ pub struct RequestRecord {
 #[derive(Debug, Default)]
 pub(crate) struct FaultState {
     pub(crate) failures: HashMap<(String, Option<Verb>), (u32, Failure)>,
+    /// Writes to one object (resource, namespace, name) that fail until cleared.
+    pub(crate) object_failures: HashMap<(String, Option<String>, String), Failure>,
     pub(crate) latency: Duration,
 }
 
@@ -153,6 +155,31 @@ impl Shared {
             restart,
         };
         (shared, rx)
+    }
+
+    /// The failure injected for writes to one object, if any.
+    pub(crate) fn object_failure(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        verb: Verb,
+    ) -> Option<Failure> {
+        let name = name?;
+        if !matches!(
+            verb,
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete
+        ) {
+            return None;
+        }
+        let f = self.faults.lock().expect("faults lock");
+        f.object_failures
+            .get(&(
+                resource.to_string(),
+                namespace.map(str::to_string),
+                name.to_string(),
+            ))
+            .copied()
     }
 
     /// Takes one injected failure for a `verb` request on `resource`, if any is pending.
@@ -199,6 +226,26 @@ impl Faults {
         let mut f = self.shared.faults.lock().expect("faults lock");
         f.failures
             .insert((resource.to_string(), verb), (count, failure));
+    }
+
+    /// Fails every write (create, update, patch, delete; any subresource) to the object
+    /// `namespace/name` of `resource` with `failure`, until [`Faults::clear`]. Reads succeed.
+    pub fn fail_writes_to(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        failure: Failure,
+    ) {
+        let mut f = self.shared.faults.lock().expect("faults lock");
+        f.object_failures.insert(
+            (
+                resource.to_string(),
+                namespace.map(str::to_string),
+                name.to_string(),
+            ),
+            failure,
+        );
     }
 
     /// Adds `latency` before every answer (zero to remove).

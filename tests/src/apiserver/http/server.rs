@@ -263,7 +263,14 @@ fn serve(
                 Err(e) => return error_response(&e),
             };
             record.verb = Some(verb);
-            if let Some(f) = shared.take_failure(&rr.res.plural, verb) {
+            if let Some(f) = shared.take_failure(&rr.res.plural, verb).or_else(|| {
+                shared.object_failure(
+                    &rr.res.plural,
+                    rr.namespace.as_deref(),
+                    rr.name.as_deref(),
+                    verb,
+                )
+            }) {
                 return error_response(&f.to_error(&rr.res.plural));
             }
             let manager = q.get("fieldManager").cloned().unwrap_or_else(|| {
