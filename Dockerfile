@@ -6,6 +6,12 @@
 #   docker build --target speaker    -t ghcr.io/ferrolb/ferrolb-speaker:0.1.0 .
 #
 # The tag is the workspace version, which is also the chart's appVersion (the chart's default tag).
+#
+# Without a container engine or a registry, `scripts/images` builds the same two images FROM
+# scratch with buildah and writes them as OCI archives (target/images/*.oci.tar): both binaries,
+# statically linked, at the same paths, the files of the distroless base, the same USER,
+# ENTRYPOINT, EXPOSEd ports, environment and working directory. Change both together:
+# tests/tests/images.rs reads this file and checks the archives against its two runtime stages.
 
 ARG RUST_VERSION=1.95
 
