@@ -4,6 +4,7 @@
 //! - [`allocator`]: the pure allocator (no I/O, no clock).
 //! - [`convert`]: Kubernetes objects to allocator data and back (pure).
 //! - [`error`]: why an API call failed, as a type with a metric label.
+//! - [`events`]: Events on their own task, through a bounded coalescing queue.
 //! - [`queue`]: the deduplicating work queue keyed by Service.
 //! - [`leader`]: Lease election (pure core + shell).
 //! - [`reconcile`]: the shell that reads the cluster, asks the allocator and writes status.
@@ -12,6 +13,7 @@
 pub mod allocator;
 pub mod convert;
 pub mod error;
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod queue;

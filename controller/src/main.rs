@@ -6,6 +6,7 @@
 //!        ├─ watchers ─► reflector stores ─► WorkQueue (deduplicated Service keys, or
 //!        │                                  "everything"; records nothing while standby)
 //!        ├─ telemetry::serve  (/metrics /healthz /readyz)
+//!        ├─ events::EventQueue::run  (Events, 2 at a time, coalesced by Service and reason)
 //!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
 //!                 pass(changed Services) per batch of changes; pass(All) every 30 s and
 //!                 whenever pools or namespaces change; every write re-checks leadership
@@ -21,6 +22,7 @@ use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, 
 use ferrolb_controller::allocator::IpMode;
 use ferrolb_controller::convert::ClassFilter;
 use ferrolb_controller::convert::service_key;
+use ferrolb_controller::events::{self, EventQueue};
 use ferrolb_controller::leader::lease::{self, Leadership};
 use ferrolb_controller::leader::{Elector, Timing};
 use ferrolb_controller::metrics::Metrics;
@@ -209,6 +211,8 @@ async fn main() -> anyhow::Result<()> {
         instance: Some(identity.clone()),
     };
     let recorder = Recorder::new(client.clone(), reporter);
+    let events = Arc::new(EventQueue::new(events::CAPACITY));
+    tokio::spawn(events.clone().run(recorder, metrics.clone()));
 
     let work = async {
         loop {
@@ -224,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
                 settings.clone(),
                 leadership.clone(),
                 metrics.clone(),
-                recorder.clone(),
+                events.clone(),
                 &stores.namespaces,
             )
             .await

@@ -58,6 +58,8 @@ pub struct Metrics {
     pub api_errors: Family<OperationLabels, Counter>,
     /// Status writes that changed a Service's addresses.
     pub status_writes: Counter,
+    /// Events dropped because the Event queue was full (the API server is far behind).
+    pub events_dropped: Counter,
     /// 1 while this replica leads.
     pub leader: Gauge,
     /// 1 per address assigned, by Service (joined with the speakers' announcements, it shows
@@ -97,6 +99,11 @@ impl Metrics {
             "service_status_writes",
             "Service status writes that changed addresses",
             self.status_writes.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Events dropped because the Event queue was full",
+            self.events_dropped.clone(),
         );
         registry.register(
             "controller_leader",

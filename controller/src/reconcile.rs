@@ -35,7 +35,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -46,6 +46,7 @@ use crate::convert::{
     ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
 };
 use crate::error::ApiCallError;
+use crate::events::{EventQueue, Pushed};
 use crate::leader::lease::Leadership;
 use crate::metrics::{AssignedLabels, Metrics, PoolLabels, ReasonLabels};
 
@@ -138,7 +139,7 @@ pub struct Controller {
     settings: Settings,
     leadership: Leadership,
     metrics: Metrics,
-    recorder: Recorder,
+    events: Arc<EventQueue>,
     allocator: Allocator,
     pools_in: Vec<Pool>,
     memo: HashMap<ServiceKey, Memo>,
@@ -169,7 +170,7 @@ impl Controller {
         settings: Settings,
         leadership: Leadership,
         metrics: Metrics,
-        recorder: Recorder,
+        events: Arc<EventQueue>,
         namespaces: &Store<Namespace>,
     ) -> Result<Self, kube::Error> {
         let pools: Vec<IPAddressPool> = Api::namespaced(client.clone(), &settings.namespace)
@@ -197,7 +198,7 @@ impl Controller {
             settings,
             leadership,
             metrics,
-            recorder,
+            events,
             allocator,
             pools_in,
             memo: HashMap::new(),
@@ -472,20 +473,26 @@ impl Controller {
 
     async fn apply(&mut self, writes: Vec<Write>, now: Instant) -> PassReport {
         let client = self.client.clone();
-        let recorder = self.recorder.clone();
-        let total = writes.len();
         let leadership = self.leadership.clone();
-        let results: Vec<WriteResult> = futures::stream::iter(writes)
-            .map(|w| {
+        // Events go to their own task: they never hold up a status write.
+        let mut statuses = Vec::with_capacity(writes.len());
+        for w in writes {
+            match w {
+                Write::Event { svc, event } => self.publish(svc.object_ref(&()), event),
+                Write::Status {
+                    key,
+                    rv,
+                    ingress,
+                    pool,
+                } => statuses.push((key, rv, ingress, pool)),
+            }
+        }
+        let total = statuses.len();
+        let results: Vec<WriteResult> = futures::stream::iter(statuses)
+            .map(|(key, rv, ingress, pool)| {
                 let client = client.clone();
-                let recorder = recorder.clone();
                 let leadership = leadership.clone();
-                let span = match &w {
-                    Write::Status { key, .. } => debug_span!("write", service = %key),
-                    Write::Event { svc, .. } => {
-                        debug_span!("event", service = %service_key(svc))
-                    }
-                };
+                let span = debug_span!("write", service = %key);
                 async move {
                     // Checked before every write, not once per pass: a pass can outlast the
                     // renew deadline, and a replica that lost the Lease must not write.
@@ -496,38 +503,12 @@ impl Controller {
                             operation: "not_leader",
                         };
                     }
-                    match w {
-                        Write::Status {
-                            key,
-                            rv,
-                            ingress,
-                            pool,
-                        } => {
-                            let result = write_status(
-                                &client,
-                                &key,
-                                rv.as_deref(),
-                                &ingress,
-                                pool.as_deref(),
-                            )
-                            .await;
-                            WriteResult {
-                                status_of: Some((key, rv)),
-                                result,
-                                operation: "status_write",
-                            }
-                        }
-                        Write::Event { svc, event } => {
-                            let result = recorder
-                                .publish(&event, &svc.object_ref(&()))
-                                .await
-                                .map_err(ApiCallError::from);
-                            WriteResult {
-                                status_of: None,
-                                result,
-                                operation: "event",
-                            }
-                        }
+                    let result =
+                        write_status(&client, &key, rv.as_deref(), &ingress, pool.as_deref()).await;
+                    WriteResult {
+                        status_of: Some((key, rv)),
+                        result,
+                        operation: "status_write",
                     }
                 }
                 .instrument(span)
@@ -575,7 +556,6 @@ impl Controller {
             }
         }
         for (key, error) in repeated_failures {
-            let svc = service_ref(&key);
             let event = Event {
                 type_: EventType::Warning,
                 reason: "StatusWriteFailed".into(),
@@ -586,11 +566,16 @@ impl Controller {
                 action: "Allocate".into(),
                 secondary: None,
             };
-            if let Err(e) = self.recorder.publish(&event, &svc).await {
-                self.metrics.api_error("event", &ApiCallError::from(e));
-            }
+            self.publish(service_ref(&key), event);
         }
         report
+    }
+
+    /// Hands an Event to the publishing task.
+    fn publish(&self, target: k8s_openapi::api::core::v1::ObjectReference, event: Event) {
+        if self.events.push(target, event) == Pushed::DroppedOldest {
+            self.metrics.events_dropped.inc();
+        }
     }
 
     async fn write_config_status(&self, stores: &Stores, pools: &[IPAddressPool]) {

@@ -1,0 +1,185 @@
+//! Events on their own task: a bounded queue that coalesces by (object, reason) and is drained
+//! at low concurrency, so publishing an Event never delays an address, and a burst of changes
+//! to one Service leaves one Event per reason (the latest note), not a backlog.
+//!
+//! ```text
+//!  Controller::pass ── push ──► EventQueue { order, pending by (object, reason) } ── run ──►
+//!                                   bounded: the oldest is dropped (and counted) when full     Recorder
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, Recorder};
+use tokio::sync::Notify;
+
+use crate::error::ApiCallError;
+use crate::metrics::Metrics;
+
+/// Events waiting to be published at most (older ones are dropped beyond this).
+pub const CAPACITY: usize = 4096;
+/// Events published at once: few, so status writes keep most of the API server's capacity.
+pub const CONCURRENCY: usize = 2;
+
+type Key = (Option<String>, Option<String>, String);
+
+#[derive(Default)]
+struct Inner {
+    order: VecDeque<Key>,
+    pending: HashMap<Key, (ObjectReference, Event)>,
+}
+
+/// The queue between the reconcile loop and the publishing task.
+#[derive(Default)]
+pub struct EventQueue {
+    inner: Mutex<Inner>,
+    notify: Notify,
+    capacity: usize,
+}
+
+/// What [`EventQueue::push`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued.
+    Queued,
+    /// An Event for the same object and reason was waiting: its note was replaced.
+    Coalesced,
+    /// Queued, and the oldest waiting Event was dropped to make room.
+    DroppedOldest,
+}
+
+impl EventQueue {
+    /// A queue holding at most `capacity` Events.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Queues `event` about `target`.
+    pub fn push(&self, target: ObjectReference, event: Event) -> Pushed {
+        let key = (
+            target.namespace.clone(),
+            target.name.clone(),
+            event.reason.clone(),
+        );
+        let mut inner = self.inner.lock().expect("event queue lock");
+        if let Some(slot) = inner.pending.get_mut(&key) {
+            *slot = (target, event);
+            return Pushed::Coalesced;
+        }
+        let mut pushed = Pushed::Queued;
+        if inner.order.len() >= self.capacity
+            && let Some(oldest) = inner.order.pop_front()
+        {
+            inner.pending.remove(&oldest);
+            pushed = Pushed::DroppedOldest;
+        }
+        inner.order.push_back(key.clone());
+        inner.pending.insert(key, (target, event));
+        drop(inner);
+        self.notify.notify_one();
+        pushed
+    }
+
+    /// Takes the oldest waiting Event.
+    pub fn pop(&self) -> Option<(ObjectReference, Event)> {
+        let mut inner = self.inner.lock().expect("event queue lock");
+        let key = inner.order.pop_front()?;
+        inner.pending.remove(&key)
+    }
+
+    /// How many Events wait.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("event queue lock").order.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Publishes queued Events forever, [`CONCURRENCY`] at a time; failures are counted and
+    /// logged, never retried (an Event is informational, and the next transition brings a new one).
+    pub async fn run(self: Arc<Self>, recorder: Recorder, metrics: Metrics) {
+        let next = futures::stream::unfold(self, |q| async move {
+            loop {
+                if let Some(item) = q.pop() {
+                    return Some((item, q));
+                }
+                q.notify.notified().await;
+            }
+        });
+        next.for_each_concurrent(CONCURRENCY, |(target, event)| {
+            let recorder = recorder.clone();
+            let metrics = metrics.clone();
+            async move {
+                if let Err(e) = recorder.publish(&event, &target).await {
+                    let e = ApiCallError::from(e);
+                    tracing::debug!(reason = %event.reason, error = %e, "publishing an Event failed");
+                    metrics.api_error("event", &e);
+                }
+            }
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::events::EventType;
+
+    fn target(name: &str) -> ObjectReference {
+        ObjectReference {
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    fn event(reason: &str, note: &str) -> Event {
+        Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: "Allocate".into(),
+            secondary: None,
+        }
+    }
+
+    #[test]
+    fn events_for_one_object_and_reason_coalesce_into_the_latest_note() {
+        let q = EventQueue::new(10);
+        assert_eq!(q.push(target("a"), event("IPChanged", "1")), Pushed::Queued);
+        assert_eq!(q.push(target("b"), event("IPChanged", "x")), Pushed::Queued);
+        assert_eq!(
+            q.push(target("a"), event("IPChanged", "2")),
+            Pushed::Coalesced
+        );
+        assert_eq!(
+            q.push(target("a"), event("IPAllocated", "3")),
+            Pushed::Queued
+        );
+        let order: Vec<(String, String)> = std::iter::from_fn(|| q.pop())
+            .map(|(t, e)| (t.name.unwrap(), e.note.unwrap()))
+            .collect();
+        assert_eq!(
+            order,
+            [("a", "2"), ("b", "x"), ("a", "3")].map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+    }
+
+    #[test]
+    fn a_full_queue_drops_its_oldest_event() {
+        let q = EventQueue::new(2);
+        q.push(target("a"), event("R", "a"));
+        q.push(target("b"), event("R", "b"));
+        assert_eq!(q.push(target("c"), event("R", "c")), Pushed::DroppedOldest);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.pop().unwrap().0.name.as_deref(), Some("b"));
+    }
+}
