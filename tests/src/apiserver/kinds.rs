@@ -20,14 +20,10 @@ fn fail_if(ctx: &Ctx, causes: Vec<super::error::Cause>) -> ApiResult<()> {
     }
 }
 
-fn taken_except(st: &State, ctx: &Ctx) -> Taken {
-    let me = ctx.key();
-    Taken::from_services(
-        st.store
-            .objects(&ctx.res.storage)
-            .filter(|(k, _)| **k != me)
-            .map(|(_, v)| v),
-    )
+/// What other Services hold, from the store's index: no scan of every Service per write.
+fn taken_except<'a>(st: &'a State, ctx: &Ctx) -> Taken<'a> {
+    let me = st.store.get(&ctx.res.storage, &ctx.key());
+    Taken::except(st.store.service_index(), me)
 }
 
 /// Defaults and validation for a new object. Returns `Warning` headers.

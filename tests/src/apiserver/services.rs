@@ -1,7 +1,7 @@
 //! Service defaults, ClusterIP / nodePort allocation and the Service validation rules FerroLB relies on
 //! (IPv4-only cluster, `loadBalancerClass` immutability, `ipMode` checks). Pure: works on a snapshot.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 
 use serde_json::{Value, json};
@@ -9,51 +9,130 @@ use serde_json::{Value, json};
 use super::error::Cause;
 use super::state::ClusterConfig;
 
-/// Addresses and ports already taken by other Services.
+/// The cluster IPs and node ports one Service holds.
+fn claims(s: &Value) -> (Vec<String>, Vec<i64>) {
+    let mut ips = Vec::new();
+    if let Some(ip) = s.pointer("/spec/clusterIP").and_then(Value::as_str) {
+        ips.push(ip.to_string());
+    }
+    // A dual-stack Service holds one address per family.
+    for ip in s
+        .pointer("/spec/clusterIPs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !ips.iter().any(|i| i == ip) {
+            ips.push(ip.to_string());
+        }
+    }
+    let mut ports: Vec<i64> = s
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+        .collect();
+    if let Some(n) = s
+        .pointer("/spec/healthCheckNodePort")
+        .and_then(Value::as_i64)
+    {
+        ports.push(n);
+    }
+    (ips, ports)
+}
+
+/// What every stored Service holds, counted, kept current by the store on each write.
+#[derive(Debug, Default, Clone)]
+pub struct ServiceIndex {
+    ips: HashMap<String, u32>,
+    ports: HashMap<i64, u32>,
+}
+
+impl ServiceIndex {
+    /// Counts what `svc` holds.
+    pub fn add(&mut self, svc: &Value) {
+        let (ips, ports) = claims(svc);
+        for ip in ips {
+            *self.ips.entry(ip).or_default() += 1;
+        }
+        for p in ports {
+            *self.ports.entry(p).or_default() += 1;
+        }
+    }
+
+    /// Forgets what `svc` held.
+    pub fn remove(&mut self, svc: &Value) {
+        let (ips, ports) = claims(svc);
+        for ip in ips {
+            if let Some(n) = self.ips.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ips.remove(&ip);
+                }
+            }
+        }
+        for p in ports {
+            if let Some(n) = self.ports.get_mut(&p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ports.remove(&p);
+                }
+            }
+        }
+    }
+}
+
+/// Addresses and ports already taken by other Services: those of an index less the ones of
+/// the Service being written, plus what this write allocated so far.
 #[derive(Debug, Default)]
-pub struct Taken {
-    /// Cluster IPs in use.
+pub struct Taken<'a> {
+    index: Option<&'a ServiceIndex>,
+    mine: (HashSet<String>, HashSet<i64>),
+    /// Cluster IPs taken (besides the index's).
     pub ips: HashSet<String>,
-    /// Node ports (and health-check node ports) in use.
+    /// Node ports (and health-check node ports) taken (besides the index's).
     pub ports: HashSet<i64>,
 }
 
-impl Taken {
+impl<'a> Taken<'a> {
+    /// What the Services of `index` hold, less what `me` (the stored version of the Service
+    /// being written) holds.
+    pub fn except(index: &'a ServiceIndex, me: Option<&Value>) -> Self {
+        let (ips, ports) = me.map(claims).unwrap_or_default();
+        Self {
+            index: Some(index),
+            mine: (ips.into_iter().collect(), ports.into_iter().collect()),
+            ..Self::default()
+        }
+    }
+
     /// Collects what `services` use.
-    pub fn from_services<'a>(services: impl Iterator<Item = &'a Value>) -> Self {
+    pub fn from_services<'v>(services: impl Iterator<Item = &'v Value>) -> Self {
         let mut t = Taken::default();
         for s in services {
-            if let Some(ip) = s.pointer("/spec/clusterIP").and_then(Value::as_str) {
-                t.ips.insert(ip.to_string());
-            }
-            // A dual-stack Service holds one address per family.
-            for ip in s
-                .pointer("/spec/clusterIPs")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                t.ips.insert(ip.to_string());
-            }
-            for p in s
-                .pointer("/spec/ports")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
-                    t.ports.insert(n);
-                }
-            }
-            if let Some(n) = s
-                .pointer("/spec/healthCheckNodePort")
-                .and_then(Value::as_i64)
-            {
-                t.ports.insert(n);
-            }
+            let (ips, ports) = claims(s);
+            t.ips.extend(ips);
+            t.ports.extend(ports);
         }
         t
+    }
+
+    fn ip_taken(&self, ip: &str) -> bool {
+        self.ips.contains(ip)
+            || self.index.is_some_and(|i| {
+                let n = i.ips.get(ip).copied().unwrap_or(0);
+                n > u32::from(self.mine.0.contains(ip))
+            })
+    }
+
+    fn port_taken(&self, p: i64) -> bool {
+        self.ports.contains(&p)
+            || self.index.is_some_and(|i| {
+                let n = i.ports.get(&p).copied().unwrap_or(0);
+                n > u32::from(self.mine.1.contains(&p))
+            })
     }
 
     fn cluster_ip(&mut self, cfg: &ClusterConfig) -> Option<String> {
@@ -63,7 +142,7 @@ impl Taken {
         (0..253u32)
             .map(|i| 2 + (start - 2 + i) % 253)
             .map(|host| Ipv4Addr::from(base + host).to_string())
-            .find(|ip| !self.ips.contains(ip))
+            .find(|ip| !self.ip_taken(ip))
             .inspect(|ip| {
                 self.ips.insert(ip.clone());
             })
@@ -75,7 +154,7 @@ impl Taken {
         (0..65533u128)
             .map(|i| 2 + (start - 2 + i) % 65533)
             .map(|host| std::net::Ipv6Addr::from(base + host).to_string())
-            .find(|ip| !self.ips.contains(ip))
+            .find(|ip| !self.ip_taken(ip))
             .inspect(|ip| {
                 self.ips.insert(ip.clone());
             })
@@ -90,7 +169,7 @@ impl Taken {
         let start = rand::random_range(0..span);
         (0..span)
             .map(|i| lo + (start + i) % span)
-            .find(|p| !self.ports.contains(p))
+            .find(|p| !self.port_taken(*p))
             .inspect(|p| {
                 self.ports.insert(*p);
             })
@@ -516,6 +595,31 @@ fn dual_stack_families(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_index_counts_what_stored_services_hold_less_the_service_being_written() {
+        let a =
+            json!({"spec": {"clusterIP": "10.0.0.7", "ports": [{"port": 80, "nodePort": 30007}]}});
+        let b =
+            json!({"spec": {"clusterIP": "10.0.0.8", "ports": [{"port": 80, "nodePort": 30008}]}});
+        let mut index = ServiceIndex::default();
+        index.add(&a);
+        index.add(&b);
+        let writing_a = Taken::except(&index, Some(&a));
+        assert!(
+            !writing_a.ip_taken("10.0.0.7"),
+            "a Service keeps its own address"
+        );
+        assert!(!writing_a.port_taken(30007));
+        assert!(writing_a.ip_taken("10.0.0.8") && writing_a.port_taken(30008));
+        index.remove(&b);
+        let new = Taken::except(&index, None);
+        assert!(
+            !new.ip_taken("10.0.0.8") && !new.port_taken(30008),
+            "deleted: free again"
+        );
+        assert!(new.ip_taken("10.0.0.7"));
+    }
 
     #[test]
     fn secondary_cluster_ips_count_as_taken() {

@@ -101,6 +101,13 @@ pub struct Store {
     rv: u64,
     tables: BTreeMap<StorageKey, Table>,
     history_capacity: usize,
+    /// Cluster IPs and node ports the stored Services hold, kept with every write, so a
+    /// Service write checks what is taken without reading every Service.
+    service_index: super::services::ServiceIndex,
+}
+
+fn is_services(table: &StorageKey) -> bool {
+    table.group.is_empty() && table.plural == "services"
 }
 
 /// The serialisable part of a [`Store`], for `--state` files and restarts.
@@ -119,7 +126,13 @@ impl Store {
             rv: 1,
             tables: BTreeMap::new(),
             history_capacity: history_capacity.max(1),
+            service_index: Default::default(),
         }
+    }
+
+    /// What the stored Services hold (cluster IPs, node ports).
+    pub fn service_index(&self) -> &super::services::ServiceIndex {
+        &self.service_index
     }
 
     /// The current global revision.
@@ -155,6 +168,13 @@ impl Store {
         let cap = self.history_capacity;
         let t = self.table(table);
         let prev = t.objects.insert(key.clone(), object.clone());
+        if is_services(table) {
+            if let Some(p) = &prev {
+                self.service_index.remove(p);
+            }
+            self.service_index.add(&object);
+        }
+        let t = self.table(table);
         let kind = if prev.is_some() {
             EventType::Modified
         } else {
@@ -178,6 +198,9 @@ impl Store {
     pub fn remove(&mut self, table: &StorageKey, key: &ObjKey) -> Option<Value> {
         let t = self.tables.get_mut(table)?;
         let prev = t.objects.remove(key)?;
+        if is_services(table) {
+            self.service_index.remove(&prev);
+        }
         self.rv += 1;
         let rv = self.rv;
         let mut object = prev.clone();
@@ -270,7 +293,9 @@ impl Store {
     pub fn restore(snapshot: Snapshot, history_capacity: usize) -> Self {
         let mut store = Store::new(history_capacity);
         store.rv = snapshot.rv;
+        let mut store_index = super::services::ServiceIndex::default();
         for (group, plural, objects) in snapshot.tables {
+            let (t_group, t_plural) = (group.clone(), plural.clone());
             let rv = store.rv;
             let t = store.table(&StorageKey { group, plural });
             t.window_start = rv;
@@ -283,9 +308,16 @@ impl Store {
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
                     .unwrap_or("");
+                if is_services(&StorageKey {
+                    group: t_group.clone(),
+                    plural: t_plural.clone(),
+                }) {
+                    store_index.add(&o);
+                }
                 t.objects.insert(ObjKey::new(ns, name), o);
             }
         }
+        store.service_index = store_index;
         store
     }
 }
