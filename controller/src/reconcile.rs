@@ -142,6 +142,8 @@ pub struct Controller {
     events: Arc<EventQueue>,
     allocator: Allocator,
     pools_in: Vec<Pool>,
+    /// The pools (name, resourceVersion) `pools_in` was computed from.
+    pools_seen: Vec<(String, Option<String>)>,
     memo: HashMap<ServiceKey, Memo>,
     /// Addresses exported in `ferrolb_service_address_assigned`, per Service.
     exported: HashMap<ServiceKey, Vec<String>>,
@@ -201,6 +203,7 @@ impl Controller {
             events,
             allocator,
             pools_in,
+            pools_seen: Vec::new(),
             memo: HashMap::new(),
             exported: HashMap::new(),
             backoff: BTreeSet::new(),
@@ -224,14 +227,22 @@ impl Controller {
     /// the same pass; Services backing off until after `now` are left for later.
     pub async fn pass(&mut self, stores: &Stores, scope: Scope, now: Instant) -> PassReport {
         let pools = stores.pools.state();
-        let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
-        let pools_in = allocator_pools(&pool_objs, self.settings.default_ip_mode);
         let mut scope = scope;
-        if pools_in != self.pools_in {
-            let changed = self.allocator.set_pools(pools_in.clone());
-            debug!(invalidated = changed.invalidated.len(), "pools changed");
-            self.pools_in = pools_in;
-            scope = Scope::All;
+        // Pools are checked again only when one of them changed, not on every pass.
+        let seen: Vec<(String, Option<String>)> = pools
+            .iter()
+            .map(|p| (p.name_any(), p.resource_version()))
+            .collect();
+        if seen != self.pools_seen || matches!(scope, Scope::All) {
+            let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
+            let pools_in = allocator_pools(&pool_objs, self.settings.default_ip_mode);
+            self.pools_seen = seen;
+            if pools_in != self.pools_in {
+                let changed = self.allocator.set_pools(pools_in.clone());
+                debug!(invalidated = changed.invalidated.len(), "pools changed");
+                self.pools_in = pools_in;
+                scope = Scope::All;
+            }
         }
         let full = matches!(scope, Scope::All);
         let mut queue: BTreeSet<ServiceKey> = match scope {
@@ -288,6 +299,7 @@ impl Controller {
         let mut report = self.apply(writes, now).await;
         report.next_retry = self.backoff.first().map(|(at, _)| *at);
         if full {
+            let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
             self.write_config_status(stores, &pool_objs).await;
             self.update_metrics(&pool_objs);
         }
