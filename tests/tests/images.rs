@@ -42,7 +42,7 @@ const DISTROLESS_ENV: [&str; 2] = [
     "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
 ];
 const DISTROLESS_WORKDIR: &str = "/home/nonroot";
-/// The regular files of the base; each image adds its binary and nothing else.
+/// The files of the base (all regular); each image adds its binary and nothing else.
 const BASE_FILES: [&str; 4] = [
     "etc/group",
     "etc/nsswitch.conf",
@@ -59,12 +59,17 @@ const SERVICE_ACCOUNT_DIR: &str = "var/run/secrets/kubernetes.io/serviceaccount"
 
 /// Runs `argv` from inside `ROOTFS` ($0) as a runtime starts a container of the chart's Pods
 /// (`readOnlyRootFilesystem`, `allowPrivilegeEscalation: false`, `runAsUser`/`runAsGroup`
-/// 65532): own mount and PID namespaces, the root bind-mounted read-only, /proc mounted,
-/// `no_new_privs` set, then `chroot` to uid and gid 65532, which leaves no capabilities (chroot
-/// takes the groups from the image's /etc/group, as runtimes do). The shell runs on the host.
-const ENTER: &str = "mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\" \
-    && mount -t proc proc \"$0/proc\" \
-    && exec setpriv --no-new-privs chroot --userspec=65532:65532 \"$0\" \"$@\"";
+/// 65532): own mount and PID namespaces, the root bind-mounted read-only, /proc, and a /dev
+/// with the OCI runtime spec's default devices (a glibc static binary reads /dev/urandom where
+/// musl calls getrandom(2)), `no_new_privs` set, then `chroot` to uid and gid 65532
+/// (supplementary groups: 65532 at most), which leaves no capabilities. The shell runs on the
+/// host.
+const ENTER: &str = "set -e; mount --bind \"$0\" \"$0\"; mount -o remount,bind,ro \"$0\"
+    mount -t proc proc \"$0/proc\"; mount -t tmpfs -o nosuid,mode=755 dev \"$0/dev\"
+    for d in null zero full random urandom tty; do
+      touch \"$0/dev/$d\"; mount --bind \"/dev/$d\" \"$0/dev/$d\"
+    done
+    exec setpriv --no-new-privs chroot --userspec=65532:65532 \"$0\" \"$@\"";
 
 fn required() -> bool {
     std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1")
@@ -325,28 +330,17 @@ fn unpack(archive: &Path) -> Unpacked {
     }
 }
 
-/// The regular files under `root`, relative to it, sorted.
-fn regular_files(root: &Path) -> Vec<String> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
-        for entry in std::fs::read_dir(dir).expect("read_dir") {
-            let entry = entry.expect("dir entry");
-            let kind = entry.file_type().expect("file type");
-            if kind.is_dir() {
-                walk(root, &entry.path(), out);
-            } else {
-                let rel = entry
-                    .path()
-                    .strip_prefix(root)
-                    .expect("under root")
-                    .to_owned();
-                out.push(rel.display().to_string());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out);
-    out.sort();
-    out
+/// Everything under `root` but directories (files, symlinks, devices), relative to it, sorted.
+fn non_directories(root: &Path) -> Vec<String> {
+    let out = run(Command::new("find")
+        .arg(root)
+        .args(["!", "-type", "d", "-printf", "%P\\n"]));
+    let mut files: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    files.sort();
+    files
 }
 
 // --- ELF ----------------------------------------------------------------------------------------
@@ -413,7 +407,9 @@ fn linkage(elf: &[u8]) -> Result<Linkage, String> {
 /// A command that runs the image's entrypoint with `args` inside `image.rootfs` (see
 /// [`ENTER`]), with the environment a runtime gives it: the config's `Env` plus `extra`.
 fn entrypoint(image: &Unpacked, args: &[&str], extra: &[(&str, String)]) -> Command {
-    std::fs::create_dir_all(image.rootfs.join("proc")).expect("a /proc mount point");
+    for mount_point in ["proc", "dev"] {
+        std::fs::create_dir_all(image.rootfs.join(mount_point)).expect("a mount point");
+    }
     let mut cmd = Command::new("unshare");
     cmd.args([
         "--mount",
@@ -498,7 +494,7 @@ fn checked_image(component: &str, archive: &Path) -> Unpacked {
     want.push(binary.trim_start_matches('/').to_string());
     want.sort();
     assert_eq!(
-        regular_files(&image.rootfs),
+        non_directories(&image.rootfs),
         want,
         "no shell, no libraries, nothing else"
     );
@@ -624,7 +620,6 @@ async fn the_controller_image_runs_as_65532_from_a_read_only_root_filesystem_and
         skip::<()>("the real control plane is not built: run scripts/realkube");
         return;
     }
-    let started = Instant::now();
     let server = RealKube::start(RealKubeConfig {
         controller_manager: false,
         ..Default::default()
@@ -689,6 +684,7 @@ async fn the_controller_image_runs_as_65532_from_a_read_only_root_filesystem_and
         &["--metrics-addr=127.0.0.1:0", "--log-level=info"],
         &env,
     );
+    let started = Instant::now();
     let controller = Running(
         cmd.stdout(Stdio::null())
             .stderr(log)
@@ -786,7 +782,7 @@ async fn the_controller_image_runs_as_65532_from_a_read_only_root_filesystem_and
     .await;
     assert_eq!(written.request.user_agent, agent);
     eprintln!(
-        "the controller in {} assigned {ip} {:.1} s after the API server started",
+        "the controller in {} assigned {ip} {:.1} s after it was started",
         image.ref_name,
         started.elapsed().as_secs_f64()
     );
