@@ -422,6 +422,38 @@ fn kubeconfig_for(
     }
 }
 
+/// The controller binary as the chart runs it, on the kubeconfig [`kubeconfig_for`] gives it
+/// (written to `kubeconfig`). Call it from a multi-thread runtime.
+fn start_controller(
+    server: &Backend,
+    client: &kube::Client,
+    objects: &Objects,
+    binary: PathBuf,
+    kubeconfig: &Path,
+) -> Running {
+    let minting = client.clone();
+    kubeconfig_for(server, objects.controller_pod(), kubeconfig, |account| {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(service_account_token(
+                minting,
+                NAMESPACE.into(),
+                account,
+            ))
+        })
+        .expect("a ServiceAccount token")
+    });
+    let downward = [
+        ("metadata.namespace", NAMESPACE),
+        ("metadata.name", "ferrolb-controller-7d9f-abcde"),
+    ];
+    let container = only_container(objects.controller_pod());
+    Running(
+        as_rendered(&[binary.into()], container, kubeconfig, &downward)
+            .spawn()
+            .expect("the controller starts"),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
     let Some(objects) = tokio::task::block_in_place(|| variant("default")) else {
@@ -430,7 +462,6 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
     let Some(binary) = built_binary("ferrolb-controller", &["controller/src"]) else {
         return;
     };
-    let container = only_container(objects.controller_pod());
 
     let server = Backend::start(
         &[chart_dir().join("crds")],
@@ -451,27 +482,7 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
     let dir = std::env::temp_dir().join(format!("ferrolb-chart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
-    let minting = client.clone();
-    kubeconfig_for(&server, objects.controller_pod(), &kubeconfig, |account| {
-        tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(service_account_token(
-                minting,
-                NAMESPACE.into(),
-                account,
-            ))
-        })
-        .expect("a ServiceAccount token")
-    });
-
-    let downward = [
-        ("metadata.namespace", NAMESPACE),
-        ("metadata.name", "ferrolb-controller-7d9f-abcde"),
-    ];
-    let controller = Running(
-        as_rendered(&[binary.into()], container, &kubeconfig, &downward)
-            .spawn()
-            .expect("the controller starts"),
-    );
+    let controller = start_controller(&server, &client, objects, binary, &kubeconfig);
 
     let expected = table(CONTROLLER_API_CALLS);
     let provokable = provokable(&expected, CONTROLLER_NOT_PROVOKED);
@@ -761,7 +772,6 @@ async fn a_rule_removed_from_the_charts_rbac_is_refused_by_the_real_server() {
         skip::<()>("the real control plane is not built: run scripts/realkube");
         return;
     }
-    let container = only_container(objects.controller_pod());
     let server = Backend::start_kind(
         BackendKind::Real,
         &[chart_dir().join("crds")],
@@ -794,26 +804,7 @@ async fn a_rule_removed_from_the_charts_rbac_is_refused_by_the_real_server() {
     seed_configuration(&client, "10.99.8.0/28").await;
     let dir = tempfile::tempdir().expect("temp dir");
     let kubeconfig = dir.path().join("kubeconfig");
-    let minting = client.clone();
-    kubeconfig_for(&server, objects.controller_pod(), &kubeconfig, |account| {
-        tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(service_account_token(
-                minting,
-                NAMESPACE.into(),
-                account,
-            ))
-        })
-        .expect("a ServiceAccount token")
-    });
-    let downward = [
-        ("metadata.namespace", NAMESPACE),
-        ("metadata.name", "ferrolb-controller-7d9f-abcde"),
-    ];
-    let _controller = Running(
-        as_rendered(&[binary.into()], container, &kubeconfig, &downward)
-            .spawn()
-            .expect("the controller starts"),
-    );
+    let _controller = start_controller(&server, &client, objects, binary, &kubeconfig);
     let real = server.real().expect("a real server");
     let account = objects.controller_pod().service_account_name.clone();
     let user = format!(
