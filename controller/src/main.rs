@@ -30,7 +30,7 @@ use ferrolb_controller::queue::WorkQueue;
 use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use k8s_openapi::api::core::v1::{Namespace, Service};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
@@ -210,9 +210,12 @@ async fn main() -> anyhow::Result<()> {
         controller: "ferrolb-controller".into(),
         instance: Some(identity.clone()),
     };
-    let recorder = Recorder::new(client.clone(), reporter);
     let events = Arc::new(EventQueue::new(events::CAPACITY));
-    tokio::spawn(events.clone().run(recorder, metrics.clone()));
+    tokio::spawn(
+        events
+            .clone()
+            .run(client.clone(), reporter, metrics.clone()),
+    );
 
     let work = async {
         loop {

@@ -85,15 +85,16 @@ const OWN: &[&str] = &["list", "create", "delete"];
 
 use Scope::{Cluster, InstallNamespace as Ns};
 
-/// The API calls `ferrolb-controller` makes (read from its code: reflectors list and watch, the
-/// pool annotation is a merge patch of the Service, status and conditions are merge patches of
-/// `/status`, the Lease is read, created and replaced, Events go through kube's `Recorder`).
+/// The API calls `ferrolb-controller` makes (read from its code: reflectors list and watch,
+/// status (with the pool annotation) and conditions are merge patches of `/status`, the Lease
+/// is read, created and replaced, Events are created).
 const CONTROLLER_API_CALLS: &[ApiCall] = &[
     // The pool annotation rides on the status patch: no write to the Service itself.
     call(Cluster, "", "services", WATCH),
     call(Cluster, "", "services/status", PATCH),
     call(Cluster, "", "namespaces", WATCH),
-    call(Cluster, "events.k8s.io", "events", EVENTS),
+    // Each Event is a new object (controller/src/events.rs): never patched.
+    call(Cluster, "events.k8s.io", "events", &["create"]),
     call(
         Ns,
         "coordination.k8s.io",

@@ -5,8 +5,8 @@ and the API calls recorded from the binaries are to be compared with that table.
 
   controller: watches Services, Namespaces and the ferrolb.io configuration; writes Services'
               status and their allocated-from-pool annotation, the Ready condition of pools,
-              advertisements and communities; takes the leader Lease; records Events
-              (events.k8s.io, through kube's Recorder).
+              advertisements and communities; takes the leader Lease; creates Events
+              (events.k8s.io; each a new object, never patched).
   speaker:    watches what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds),
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
               lists, creates and deletes its ServiceL2Status / ServiceBGPStatus objects and merge
@@ -24,7 +24,7 @@ and the API calls recorded from the binaries are to be compared with that table.
   verbs: [patch]
 - apiGroups: [events.k8s.io]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}
 
 {{/* Controller, in the install namespace (Role). */}}

@@ -38,12 +38,7 @@ use super::render::{Objects, chart_dir, flag, only_container, variant, variants,
 use super::{ApiCall, CONTROLLER_API_CALLS, NAMESPACE, SPEAKER_API_CALLS, Scope};
 
 /// Calls in the controller's table that its scenario does not provoke, and why.
-const CONTROLLER_NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[(
-    "events.k8s.io",
-    "events",
-    "patch",
-    "an Event is patched only when the same Event repeats",
-)];
+const CONTROLLER_NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[];
 
 /// Calls in the speaker's table that its scenario does not provoke, and why. (Its scenario makes
 /// the `nodeAssigned` Event repeat, so the Event patch is provoked.)
