@@ -8,8 +8,8 @@
 //!        ├─ telemetry::serve  (/metrics /healthz /readyz)
 //!        ├─ events::EventQueue::run  (Events, 2 at a time, coalesced by Service and reason)
 //!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
-//!                 pass(changed Services) per batch of changes; pass(All) every 30 s and
-//!                 whenever pools or namespaces change; every write re-checks leadership
+//!                 pass(changed Services) per batch of changes; pass(All) every 30 s, when a
+//!                 namespace or a pool's spec changes; every write re-checks leadership
 //! ```
 
 use std::net::SocketAddr;
@@ -169,27 +169,27 @@ async fn main() -> anyhow::Result<()> {
         pools: spawn_store(
             Api::namespaced(client.clone(), &ns),
             &queue,
-            |q, _: &IPAddressPool| q.add_everything(),
+            |q, _: &IPAddressPool| q.add_config(),
         ),
         l2: spawn_store(
             Api::namespaced(client.clone(), &ns),
             &queue,
-            |q, _: &L2Advertisement| q.add_everything(),
+            |q, _: &L2Advertisement| q.add_config(),
         ),
         bgp: spawn_store(
             Api::namespaced(client.clone(), &ns),
             &queue,
-            |q, _: &BGPAdvertisement| q.add_everything(),
+            |q, _: &BGPAdvertisement| q.add_config(),
         ),
         peers: spawn_store(
             Api::namespaced(client.clone(), &ns),
             &queue,
-            |q, _: &BGPPeer| q.add_everything(),
+            |q, _: &BGPPeer| q.add_config(),
         ),
         communities: spawn_store(
             Api::namespaced(client.clone(), &ns),
             &queue,
-            |q, _: &Community| q.add_everything(),
+            |q, _: &Community| q.add_config(),
         ),
     };
 
@@ -270,6 +270,8 @@ async fn main() -> anyhow::Result<()> {
                 scope = if batch.everything || last_full.elapsed() >= RESYNC {
                     last_full = Instant::now();
                     Scope::All
+                } else if batch.config {
+                    Scope::Config(keys)
                 } else {
                     Scope::Services(keys)
                 };

@@ -15,8 +15,11 @@ use crate::allocator::ServiceKey;
 pub struct Batch {
     /// Services whose object changed.
     pub services: BTreeSet<ServiceKey>,
-    /// Something every Service depends on changed (a pool, a namespace, an advertisement).
+    /// Something every Service depends on changed (a namespace's labels).
     pub everything: bool,
+    /// A configuration object changed (a pool, an advertisement, a peer, a community): its own
+    /// status writes included, so whether Services must be looked at again is decided later.
+    pub config: bool,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +60,16 @@ impl WorkQueue {
         }
     }
 
+    /// Records that a configuration object changed.
+    pub fn add_config(&self) {
+        let mut inner = self.inner.lock().expect("queue lock");
+        if inner.accepting && !inner.batch.config {
+            inner.batch.config = true;
+            drop(inner);
+            self.notify.notify_one();
+        }
+    }
+
     /// Starts (on becoming leader) or stops (on losing it) recording; stopping forgets what
     /// was recorded.
     pub fn set_accepting(&self, accepting: bool) {
@@ -80,7 +93,7 @@ impl WorkQueue {
     /// Whether nothing is recorded.
     pub fn is_empty(&self) -> bool {
         let inner = self.inner.lock().expect("queue lock");
-        inner.batch.services.is_empty() && !inner.batch.everything
+        inner.batch.services.is_empty() && !inner.batch.everything && !inner.batch.config
     }
 
     /// Resolves once something was recorded since the last time it resolved (at once when

@@ -123,6 +123,9 @@ pub enum Scope {
     All,
     /// Only these (their object changed, or a write for them failed).
     Services(BTreeSet<ServiceKey>),
+    /// Configuration objects changed, and these Services: pools are checked again (a new,
+    /// removed or changed pool makes it a full pass) and configuration status is written.
+    Config(BTreeSet<ServiceKey>),
 }
 
 /// How one write went.
@@ -142,8 +145,8 @@ pub struct Controller {
     events: Arc<EventQueue>,
     allocator: Allocator,
     pools_in: Vec<Pool>,
-    /// The pools (name, resourceVersion) `pools_in` was computed from.
-    pools_seen: Vec<(String, Option<String>)>,
+    /// The pools (name, generation) `pools_in` was computed from.
+    pools_seen: Vec<(String, Option<i64>)>,
     memo: HashMap<ServiceKey, Memo>,
     /// Addresses exported in `ferrolb_service_address_assigned`, per Service.
     exported: HashMap<ServiceKey, Vec<String>>,
@@ -227,13 +230,19 @@ impl Controller {
     /// the same pass; Services backing off until after `now` are left for later.
     pub async fn pass(&mut self, stores: &Stores, scope: Scope, now: Instant) -> PassReport {
         let pools = stores.pools.state();
-        let mut scope = scope;
-        // Pools are checked again only when one of them changed, not on every pass.
-        let seen: Vec<(String, Option<String>)> = pools
+        let config = matches!(scope, Scope::All | Scope::Config(_));
+        let mut scope = match scope {
+            Scope::Config(keys) => Scope::Services(keys),
+            other => other,
+        };
+        // Pools are checked again only when one was added, removed or its spec changed: the
+        // status the controller itself writes (counts, conditions) bumps resourceVersion, not
+        // generation, and must not turn every pass into a full one.
+        let seen: Vec<(String, Option<i64>)> = pools
             .iter()
-            .map(|p| (p.name_any(), p.resource_version()))
+            .map(|p| (p.name_any(), p.metadata.generation))
             .collect();
-        if seen != self.pools_seen || matches!(scope, Scope::All) {
+        if config && (seen != self.pools_seen || matches!(scope, Scope::All)) {
             let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
             let pools_in = allocator_pools(&pool_objs, self.settings.default_ip_mode);
             self.pools_seen = seen;
@@ -246,7 +255,7 @@ impl Controller {
         }
         let full = matches!(scope, Scope::All);
         let mut queue: BTreeSet<ServiceKey> = match scope {
-            Scope::Services(keys) => keys,
+            Scope::Services(keys) | Scope::Config(keys) => keys,
             Scope::All => {
                 let mut keys: BTreeSet<ServiceKey> = stores
                     .services
@@ -298,7 +307,7 @@ impl Controller {
         }
         let mut report = self.apply(writes, now).await;
         report.next_retry = self.backoff.first().map(|(at, _)| *at);
-        if full {
+        if full || config {
             let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
             self.write_config_status(stores, &pool_objs).await;
             self.update_metrics(&pool_objs);
