@@ -15,7 +15,9 @@
 //!   the ratio to the floor, API writes per Service, controller CPU per Service, peak RSS;
 //! - keeping up: N more Services created (16 at a time) while it runs: Services/s from the
 //!   first create to the last address, and how long after the last create it finished;
-//! - a standby replica's RSS before and after those N changes.
+//! - a standby replica's RSS before and after 10,000 changes (label patches, round-robin) to
+//!   the Services that exist: its watch cache holds them all, so only a queue it should not
+//!   keep could make it grow.
 //!
 //! Prints figures; asserts nothing.
 
@@ -34,6 +36,8 @@ use serde_json::json;
 /// The controller's write concurrency (`buffer_unordered(16)` in `reconcile.rs`).
 const CONCURRENCY: usize = 16;
 const NS: &str = "ferrolb-system";
+/// Changes made to existing Services while the standby's RSS is watched.
+const CHANGES: usize = 10_000;
 /// Services the floor is measured on, at most.
 const FLOOR_SERVICES: usize = 2000;
 
@@ -262,8 +266,25 @@ async fn run(n: usize, kind: BackendKind) {
     let live = live_at - start;
     let live_cpu = cpu_time(leader.id()) - cpu_before;
     let live_writes = sub(controller_writes(&backend), writes_before);
-    let standby_after = proc_status_kib(standby.id(), "VmRSS:");
     let peak = proc_status_kib(leader.id(), "VmHWM:");
+    // (d) 10,000 changes to existing Services, with the standby's RSS before and after.
+    let standby_before = proc_status_kib(standby.id(), "VmRSS:").or(standby_before);
+    futures::stream::iter(0..CHANGES)
+        .for_each_concurrent(CONCURRENCY, |i| {
+            let api = api.clone();
+            async move {
+                let name = format!("b{:05}", i % n);
+                let patch =
+                    json!({"metadata": {"labels": {"bench.example/change": i.to_string()}}});
+                let _ = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await;
+            }
+        })
+        .await;
+    // Let the last changes reach the standby (watch latency is milliseconds here).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let standby_after = proc_status_kib(standby.id(), "VmRSS:");
     for c in [&mut leader, &mut standby] {
         let _ = c.kill();
         let _ = c.wait();
@@ -301,7 +322,7 @@ async fn run(n: usize, kind: BackendKind) {
     );
     println!("leader peak RSS: {}", mib(peak));
     println!(
-        "standby RSS: {} before, {} after {n} Service changes",
+        "standby RSS: {} before, {} after {CHANGES} changes to existing Services",
         mib(standby_before),
         mib(standby_after)
     );
