@@ -396,6 +396,21 @@ fn cluster_scoped(kind: &str) -> bool {
     )
 }
 
+/// The real server's configuration here: the scenarios need no kube-controller-manager.
+fn no_controller_manager(r: RealKubeConfig) -> RealKubeConfig {
+    RealKubeConfig {
+        controller_manager: false,
+        ..r
+    }
+}
+
+/// A real kube-apiserver (whatever `FERROLB_APISERVER` says) serving the CRDs in `crds`.
+async fn real_server(crds: &[PathBuf]) -> Backend {
+    Backend::start_kind(BackendKind::Real, crds, |c| c, no_controller_manager)
+        .await
+        .expect("the real API server starts")
+}
+
 /// The kubeconfig a binary runs with: the admin's on the double; on a real server, a token of
 /// the ServiceAccount the rendered Pod names (so the real RBAC authorizer judges every call).
 /// `mint` runs the token request (on a runtime that reaches the server).
@@ -458,16 +473,9 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
         return;
     };
 
-    let server = Backend::start(
-        &[chart_dir().join("crds")],
-        |c| c,
-        |r| RealKubeConfig {
-            controller_manager: false,
-            ..r
-        },
-    )
-    .await
-    .expect("the API server starts");
+    let server = Backend::start(&[chart_dir().join("crds")], |c| c, no_controller_manager)
+        .await
+        .expect("the API server starts");
     let client = server.client();
     match server.kind() {
         BackendKind::Double => create_namespace(&client).await,
@@ -767,17 +775,7 @@ async fn a_rule_removed_from_the_charts_rbac_is_refused_by_the_real_server() {
         skip::<()>("the real control plane is not built: run scripts/realkube");
         return;
     }
-    let server = Backend::start_kind(
-        BackendKind::Real,
-        &[chart_dir().join("crds")],
-        |c| c,
-        |r| RealKubeConfig {
-            controller_manager: false,
-            ..r
-        },
-    )
-    .await
-    .expect("the real API server starts");
+    let server = real_server(&[chart_dir().join("crds")]).await;
     let client = server.client();
     // The chart without its grant to write Service status.
     let mut removed = 0;
@@ -833,17 +831,7 @@ async fn every_values_variant_is_applied_whole_by_a_real_api_server() {
         return;
     }
     let monitoring = workspace().join("tests/fixtures/monitoring-crds");
-    let server = Backend::start_kind(
-        BackendKind::Real,
-        &[chart_dir().join("crds"), monitoring],
-        |c| c,
-        |r| RealKubeConfig {
-            controller_manager: false,
-            ..r
-        },
-    )
-    .await
-    .expect("the real API server starts");
+    let server = real_server(&[chart_dir().join("crds"), monitoring]).await;
     let client = server.client();
     // One release, upgraded through every variant in turn; `apply_chart` fails on any refusal.
     for (name, objects) in all {
