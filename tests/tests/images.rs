@@ -827,12 +827,19 @@ async fn eventually<T>(
     }
 }
 
-/// A started `unshare`; killing it kills the entrypoint (`--kill-child`) and with it the PID
-/// namespace.
+/// A started `unshare`. Dropping it kills the entrypoint first: it is the PID namespace's
+/// init, and `--kill-child` alone does not reach it (the parent-death signal that option sets
+/// is cleared when `chroot --userspec` changes the process's credentials), so it would outlive
+/// the test.
 struct Running(Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
+        if let Some(init) = child_of(self.0.id()) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &init.to_string()])
+                .status();
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
