@@ -8,8 +8,11 @@
 //! into a series; the controller's Events are transitions, already coalesced here.
 //!
 //! ```text
-//!  Controller::pass ── push ──► EventQueue { order, pending by (object, reason) } ── run ──►
-//!                                   bounded: the oldest is dropped (and counted) when full     Recorder
+//!  Controller::pass ── push ──► EventQueue { order, pending by (object, reason) }
+//!                               bounded: the oldest is dropped (and counted) when full
+//!                                   │ run: 2 at a time
+//!                                   ▼
+//!                               POST events.k8s.io/v1 Event
 //! ```
 
 use std::collections::{HashMap, VecDeque};
