@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub send_errors: AtomicU64,
     pub read_errors: AtomicU64,
     pub multicast_errors: AtomicU64,
+    pub reopened: AtomicU64,
     pub drops: [AtomicU64; DropReason::ALL.len()],
 }
 
@@ -50,6 +51,7 @@ impl Counters {
             send_errors: get(&self.send_errors),
             read_errors: get(&self.read_errors),
             multicast_errors: get(&self.multicast_errors),
+            reopened: get(&self.reopened),
             drops: DropReason::ALL
                 .iter()
                 .zip(&self.drops)
@@ -87,6 +89,9 @@ pub struct CounterSnapshot {
     pub read_errors: u64,
     /// Failed solicited-node multicast joins or leaves.
     pub multicast_errors: u64,
+    /// Ports opened again on an interface that had one (re-created, MAC changed, back up,
+    /// or its socket failed).
+    pub reopened: u64,
     /// Frames dropped by the parser, per reason (reasons with a zero count are left out).
     pub drops: BTreeMap<DropReason, u64>,
 }

@@ -1,10 +1,28 @@
-//! Which interfaces answer for an address. The choice is pure ([`choose`]); only
-//! [`system_interfaces`] reads the host (through pnet).
+//! Which interfaces answer for an address, and why none can. The choice is pure ([`diagnose`],
+//! [`choose`]); only [`system_interfaces`] reads the host (through pnet).
+//!
+//! # Usable interfaces
+//! An interface can answer when it is up, not loopback, has a MAC and does not carry
+//! `IFF_NOARP`. NOARP rules an interface out for IPv6 as well as IPv4, because of what Linux
+//! itself does on such an interface (checked on Linux 6.18, veth with `ip link set IF arp off`,
+//! `arping` and `ndisc6` from the peer):
+//! - ARP: received requests are dropped before ARP processing, so the kernel never answers.
+//! - NDP: the kernel still processes a Neighbor Solicitation and sends an Advertisement, but to
+//!   the interface's *own* MAC: every neighbour entry on a NOARP device is created resolved
+//!   (`NUD_NOARP`) with the device's own address as the destination (the same holds for IPv4
+//!   neighbours). The solicitor never receives it.
+//! - So everything the node sends through that interface, a Service's replies included, goes
+//!   to its own MAC. Answering NDP from our packet socket would draw clients' traffic in, but
+//!   the replies could not get back: the address is not served, whatever the family.
+//!
+//! Dummy interfaces always carry NOARP; so do layer-3 ipvlan links. An operator who turns ARP
+//! off by hand on an Ethernet interface is told so ([`Unusable::NoArp`]).
 
+use super::error::{InterfaceProblem, Unusable};
 use super::frame::MacAddr;
 use crate::planner::Interfaces;
 use ipnet::IpNet;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 /// What the choice needs to know about one host interface.
@@ -16,63 +34,144 @@ pub struct InterfaceInfo {
     pub index: u32,
     /// Hardware address, when it has one.
     pub mac: Option<MacAddr>,
-    /// Administratively up.
+    /// Administratively up (`IFF_UP`).
     pub up: bool,
-    /// A loopback interface.
+    /// A loopback interface (`IFF_LOOPBACK`).
     pub loopback: bool,
+    /// Address resolution is off (`IFF_NOARP`): neither ARP nor NDP works (module docs).
+    pub noarp: bool,
     /// Configured addresses with their prefix.
     pub networks: Vec<IpNet>,
 }
 
 impl InterfaceInfo {
-    /// Whether the interface can carry ARP/NDP answers at all: up, not loopback, with a MAC.
+    /// Whether the interface can carry ARP/NDP answers at all: up, not loopback, with a MAC,
+    /// without NOARP.
     pub fn usable(&self) -> bool {
-        self.up && !self.loopback && self.mac.is_some_and(|m| m != MacAddr::default())
+        self.unusable().is_none()
+    }
+
+    /// Why the interface cannot answer, `None` when it can. When several reasons hold, the
+    /// one that fixing the others would not cure comes first: loopback, no MAC, NOARP, down.
+    pub fn unusable(&self) -> Option<Unusable> {
+        if self.loopback {
+            Some(Unusable::Loopback)
+        } else if self.mac.is_none_or(|m| m == MacAddr::default()) {
+            Some(Unusable::NoMac)
+        } else if self.noarp {
+            Some(Unusable::NoArp)
+        } else if !self.up {
+            Some(Unusable::Down)
+        } else {
+            None
+        }
     }
 }
 
-/// The interfaces to answer on for `ip`:
-/// - [`Interfaces::BySubnet`]: every usable interface with a configured subnet holding `ip`;
+/// The interfaces to answer on for `ip`, or why there is none:
+/// - [`Interfaces::BySubnet`]: every usable interface with a configured subnet holding `ip`.
+///   None holding it is [`InterfaceProblem::NoSubnet`] (listing what was found); some holding
+///   it but none usable is [`InterfaceProblem::NoUsableInterface`] with each one's reason.
 /// - [`Interfaces::Named`]: those of the named interfaces that exist and are usable, whatever
 ///   their addresses (an advertisement may name an interface with no address in the subnet).
+///   None usable is [`InterfaceProblem::NoUsableInterface`], each name with its reason
+///   ([`Unusable::Missing`] for a name not on the host). An empty set means the default, as an
+///   empty `L2Advertisement.interfaces` does.
 ///
-/// The result is sorted by name; empty means the address cannot be announced on this node.
-pub fn choose(ip: IpAddr, wanted: &Interfaces, host: &[InterfaceInfo]) -> Vec<String> {
-    let mut out: Vec<String> = host
-        .iter()
-        .filter(|i| i.usable())
-        .filter(|i| match wanted {
-            Interfaces::BySubnet => i.networks.iter().any(|n| n.contains(&ip)),
-            Interfaces::Named(names) => names.contains(&i.name),
+/// `Ok` is sorted by name and never empty. Unusable candidates next to a usable one are left
+/// out silently: the address is answered.
+pub fn diagnose(
+    ip: IpAddr,
+    wanted: &Interfaces,
+    host: &[InterfaceInfo],
+) -> Result<Vec<String>, InterfaceProblem> {
+    let mut usable = BTreeSet::new();
+    let mut refused = BTreeMap::new();
+    let mut consider = |name: &str, info: Option<&InterfaceInfo>| match info
+        .map_or(Some(Unusable::Missing), InterfaceInfo::unusable)
+    {
+        None => {
+            usable.insert(name.to_owned());
+        }
+        Some(reason) => {
+            refused.entry(name.to_owned()).or_insert(reason);
+        }
+    };
+    match wanted {
+        Interfaces::Named(names) if !names.is_empty() => {
+            for name in names {
+                consider(name, host.iter().find(|i| i.name == *name));
+            }
+        }
+        Interfaces::Named(_) | Interfaces::BySubnet => {
+            for i in host
+                .iter()
+                .filter(|i| i.networks.iter().any(|n| n.contains(&ip)))
+            {
+                consider(&i.name, Some(i));
+            }
+            if usable.is_empty() && refused.is_empty() {
+                return Err(InterfaceProblem::NoSubnet {
+                    ip,
+                    found: found_subnets(ip, host),
+                });
+            }
+        }
+    }
+    if usable.is_empty() {
+        Err(InterfaceProblem::NoUsableInterface {
+            ip,
+            interfaces: refused.into_iter().collect(),
         })
-        .map(|i| i.name.clone())
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+    } else {
+        Ok(usable.into_iter().collect())
+    }
+}
+
+/// Every non-loopback interface with its subnets of `ip`'s family, for
+/// [`InterfaceProblem::NoSubnet`].
+fn found_subnets(ip: IpAddr, host: &[InterfaceInfo]) -> Vec<(String, Vec<IpNet>)> {
+    let mut found: BTreeMap<String, Vec<IpNet>> = BTreeMap::new();
+    for i in host.iter().filter(|i| !i.loopback) {
+        let nets = found.entry(i.name.clone()).or_default();
+        nets.extend(
+            i.networks
+                .iter()
+                .filter(|n| n.addr().is_ipv4() == ip.is_ipv4()),
+        );
+    }
+    found.into_iter().collect()
+}
+
+/// [`diagnose`] without the reason: the interfaces to answer on, empty when there is none.
+/// Prefer [`diagnose`] wherever the reason can be reported.
+pub fn choose(ip: IpAddr, wanted: &Interfaces, host: &[InterfaceInfo]) -> Vec<String> {
+    diagnose(ip, wanted, host).unwrap_or_default()
 }
 
 /// Turns the planner's owned addresses into what [`crate::l2::Responder::set_owned`] takes:
 /// interface names per address. Addresses with no usable interface on this node are returned
-/// apart (they are owned but cannot be announced: report them, do not hide them).
+/// apart with the reason (they are owned but cannot be announced: report them, and let them
+/// move to a node that can answer).
 pub fn resolve_owned(
     owned: &BTreeMap<IpAddr, Interfaces>,
     host: &[InterfaceInfo],
-) -> (BTreeMap<IpAddr, Vec<String>>, Vec<IpAddr>) {
+) -> (BTreeMap<IpAddr, Vec<String>>, Vec<InterfaceProblem>) {
     let mut ready = BTreeMap::new();
     let mut stranded = Vec::new();
     for (ip, wanted) in owned {
-        let names = choose(*ip, wanted, host);
-        if names.is_empty() {
-            stranded.push(*ip);
-        } else {
-            ready.insert(*ip, names);
+        match diagnose(*ip, wanted, host) {
+            Ok(names) => {
+                ready.insert(*ip, names);
+            }
+            Err(problem) => stranded.push(problem),
         }
     }
     (ready, stranded)
 }
 
-/// The host's interfaces, as pnet reads them (netlink / getifaddrs).
+/// The host's interfaces, as pnet reads them (getifaddrs, in the calling thread's network
+/// namespace).
 pub fn system_interfaces() -> Vec<InterfaceInfo> {
     pnet::datalink::interfaces().iter().map(from_pnet).collect()
 }
@@ -85,6 +184,7 @@ pub fn from_pnet(i: &pnet::datalink::NetworkInterface) -> InterfaceInfo {
         mac: i.mac.map(|m| MacAddr(m.octets())),
         up: i.is_up(),
         loopback: i.is_loopback(),
+        noarp: i.flags & NOARP_FLAG != 0,
         networks: i
             .ips
             .iter()
@@ -94,65 +194,307 @@ pub fn from_pnet(i: &pnet::datalink::NetworkInterface) -> InterfaceInfo {
     }
 }
 
+/// `IFF_NOARP` in the flags pnet reports (the kernel's `ifi_flags`).
+const NOARP_FLAG: u32 = libc::IFF_NOARP as u32;
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
-    fn iface(name: &str, up: bool, loopback: bool, nets: &[&str]) -> InterfaceInfo {
+    const MAC: Option<MacAddr> = Some(MacAddr([2, 0, 0, 0, 0, 1]));
+
+    /// An up Ethernet interface with these subnets.
+    fn eth(name: &str, nets: &[&str]) -> InterfaceInfo {
         InterfaceInfo {
             name: name.into(),
             index: 1,
-            mac: (!loopback).then_some(MacAddr([2, 0, 0, 0, 0, 1])),
-            up,
-            loopback,
+            mac: MAC,
+            up: true,
+            loopback: false,
+            noarp: false,
             networks: nets.iter().map(|n| n.parse().unwrap()).collect(),
         }
     }
 
     fn host() -> Vec<InterfaceInfo> {
         vec![
-            iface("lo", true, true, &["127.0.0.0/8", "10.99.0.0/24"]),
-            iface("eth0", true, false, &["10.99.0.0/24", "fd00:99::/64"]),
-            iface("eth1", true, false, &["10.99.1.0/24"]),
-            iface("eth2", false, false, &["10.99.0.0/24"]),
+            InterfaceInfo {
+                loopback: true,
+                mac: Some(MacAddr::default()),
+                noarp: false,
+                ..eth("lo", &["127.0.0.0/8", "10.99.0.0/24"])
+            },
+            eth("eth0", &["10.99.0.0/24", "fd00:99::/64"]),
+            eth("eth1", &["10.99.1.0/24"]),
+            InterfaceInfo {
+                up: false,
+                ..eth("eth2", &["10.99.0.0/24"])
+            },
+            InterfaceInfo {
+                up: false,
+                ..eth("eth3", &["10.99.3.0/24"])
+            },
+            InterfaceInfo {
+                noarp: true,
+                ..eth("dummy0", &["10.99.4.0/24", "fd00:99:4::/64"])
+            },
+            InterfaceInfo {
+                mac: None,
+                ..eth("wg0", &["10.99.5.0/24"])
+            },
         ]
     }
 
-    #[test]
-    fn by_default_only_up_non_loopback_interfaces_whose_subnet_holds_the_address_answer() {
-        let ip: IpAddr = "10.99.0.100".parse().unwrap();
-        assert_eq!(choose(ip, &Interfaces::BySubnet, &host()), vec!["eth0"]);
-        let v6: IpAddr = "fd00:99::100".parse().unwrap();
-        assert_eq!(choose(v6, &Interfaces::BySubnet, &host()), vec!["eth0"]);
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn named(names: &[&str]) -> Interfaces {
+        Interfaces::Named(names.iter().map(|n| n.to_string()).collect())
+    }
+
+    type Diagnosis = Result<Vec<String>, InterfaceProblem>;
+
+    fn unusable(ip: IpAddr, each: &[(&str, Unusable)]) -> Diagnosis {
+        Err(InterfaceProblem::NoUsableInterface {
+            ip,
+            interfaces: each.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+        })
     }
 
     #[test]
-    fn an_address_outside_every_subnet_has_no_interface_by_default() {
-        let ip: IpAddr = "10.99.9.9".parse().unwrap();
-        assert!(choose(ip, &Interfaces::BySubnet, &host()).is_empty());
+    fn each_flag_makes_an_interface_unusable_for_its_own_reason() {
+        let cases = [
+            (eth("e", &[]), None),
+            (
+                InterfaceInfo {
+                    up: false,
+                    ..eth("e", &[])
+                },
+                Some(Unusable::Down),
+            ),
+            (
+                InterfaceInfo {
+                    noarp: true,
+                    ..eth("e", &[])
+                },
+                Some(Unusable::NoArp),
+            ),
+            (
+                InterfaceInfo {
+                    mac: None,
+                    ..eth("e", &[])
+                },
+                Some(Unusable::NoMac),
+            ),
+            (
+                InterfaceInfo {
+                    mac: Some(MacAddr::default()),
+                    ..eth("e", &[])
+                },
+                Some(Unusable::NoMac),
+            ),
+            (
+                InterfaceInfo {
+                    loopback: true,
+                    ..eth("e", &[])
+                },
+                Some(Unusable::Loopback),
+            ),
+            // A down dummy: turning it up would not help, so NOARP is reported.
+            (
+                InterfaceInfo {
+                    up: false,
+                    noarp: true,
+                    ..eth("e", &[])
+                },
+                Some(Unusable::NoArp),
+            ),
+        ];
+        for (info, want) in cases {
+            assert_eq!(info.unusable(), want, "{info:?}");
+            assert_eq!(info.usable(), want.is_none(), "{info:?}");
+        }
     }
 
     #[test]
-    fn owned_addresses_without_an_interface_are_reported_apart() {
+    fn diagnose_answers_or_says_why_for_every_kind_of_candidate() {
+        let h = host();
+        let cases: Vec<(&str, Interfaces, Diagnosis)> = vec![
+            // By subnet: lo and the down eth2 hold the subnet too, eth0 answers alone.
+            ("10.99.0.100", Interfaces::BySubnet, Ok(vec!["eth0".into()])),
+            (
+                "fd00:99::100",
+                Interfaces::BySubnet,
+                Ok(vec!["eth0".into()]),
+            ),
+            (
+                "10.99.3.7",
+                Interfaces::BySubnet,
+                unusable(ip("10.99.3.7"), &[("eth3", Unusable::Down)]),
+            ),
+            (
+                "10.99.4.7",
+                Interfaces::BySubnet,
+                unusable(ip("10.99.4.7"), &[("dummy0", Unusable::NoArp)]),
+            ),
+            // NOARP rules out NDP as well (see the module docs).
+            (
+                "fd00:99:4::7",
+                Interfaces::BySubnet,
+                unusable(ip("fd00:99:4::7"), &[("dummy0", Unusable::NoArp)]),
+            ),
+            (
+                "10.99.5.7",
+                Interfaces::BySubnet,
+                unusable(ip("10.99.5.7"), &[("wg0", Unusable::NoMac)]),
+            ),
+            // Named: the subnet does not matter, the state does.
+            ("10.99.0.100", named(&["eth1"]), Ok(vec!["eth1".into()])),
+            (
+                "10.99.0.100",
+                named(&["eth2", "eth1", "missing", "lo"]),
+                Ok(vec!["eth1".into()]),
+            ),
+            (
+                "10.99.0.100",
+                named(&["missing"]),
+                unusable(ip("10.99.0.100"), &[("missing", Unusable::Missing)]),
+            ),
+            (
+                "10.99.0.100",
+                named(&["lo", "eth2", "dummy0", "gone"]),
+                unusable(
+                    ip("10.99.0.100"),
+                    &[
+                        ("dummy0", Unusable::NoArp),
+                        ("eth2", Unusable::Down),
+                        ("gone", Unusable::Missing),
+                        ("lo", Unusable::Loopback),
+                    ],
+                ),
+            ),
+            // An empty list means the default choice.
+            ("10.99.1.9", named(&[]), Ok(vec!["eth1".into()])),
+        ];
+        for (addr, wanted, want) in cases {
+            assert_eq!(diagnose(ip(addr), &wanted, &h), want, "{addr} {wanted:?}");
+            assert_eq!(
+                choose(ip(addr), &wanted, &h),
+                want.unwrap_or_default(),
+                "choose agrees with diagnose for {addr} {wanted:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_address_outside_every_subnet_lists_the_subnets_of_its_family_that_were_found() {
+        let got = diagnose(ip("10.99.9.9"), &Interfaces::BySubnet, &host());
+        let want = InterfaceProblem::NoSubnet {
+            ip: ip("10.99.9.9"),
+            found: [
+                ("dummy0", vec!["10.99.4.0/24"]),
+                ("eth0", vec!["10.99.0.0/24"]),
+                ("eth1", vec!["10.99.1.0/24"]),
+                ("eth2", vec!["10.99.0.0/24"]),
+                ("eth3", vec!["10.99.3.0/24"]),
+                ("wg0", vec!["10.99.5.0/24"]),
+            ]
+            .into_iter()
+            .map(|(n, nets)| {
+                (
+                    n.to_string(),
+                    nets.iter().map(|s| s.parse().unwrap()).collect(),
+                )
+            })
+            .collect(),
+        };
+        assert_eq!(got, Err(want));
+        let v6 = diagnose(
+            ip("fd00:77::1"),
+            &Interfaces::BySubnet,
+            &[eth("eth1", &["10.0.0.0/8"])],
+        );
+        let message = v6.unwrap_err().to_string();
+        assert!(
+            message.contains("`eth1` with no subnet of that family"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn problems_carry_a_label_per_reason_and_a_message_that_says_what_to_do() {
+        let cases = [
+            (
+                "10.99.9.9",
+                Interfaces::BySubnet,
+                "no_subnet",
+                "add an address in that subnet",
+            ),
+            (
+                "10.99.3.7",
+                Interfaces::BySubnet,
+                "down",
+                "ip link set eth3 up",
+            ),
+            (
+                "10.99.4.7",
+                Interfaces::BySubnet,
+                "noarp",
+                "ip link set dummy0 arp on",
+            ),
+            (
+                "10.99.5.7",
+                Interfaces::BySubnet,
+                "no_mac",
+                "name an Ethernet interface",
+            ),
+            (
+                "10.99.0.1",
+                named(&["nope"]),
+                "missing",
+                "does not exist on this node",
+            ),
+            (
+                "10.99.0.1",
+                named(&["lo"]),
+                "loopback",
+                "never leave the node",
+            ),
+            (
+                "10.99.0.1",
+                named(&["lo", "eth3"]),
+                "unusable",
+                "ip link set eth3 up",
+            ),
+        ];
+        for (addr, wanted, label, advice) in cases {
+            let problem = diagnose(ip(addr), &wanted, &host()).unwrap_err();
+            assert_eq!(problem.label(), label, "{problem}");
+            assert_eq!(problem.ip(), ip(addr));
+            let message = problem.to_string();
+            assert!(message.contains(advice), "{label}: {message}");
+            assert!(message.contains(addr), "{label}: {message}");
+        }
+    }
+
+    #[test]
+    fn owned_addresses_without_an_interface_are_reported_apart_with_the_reason() {
         let owned: BTreeMap<IpAddr, Interfaces> = [
-            ("10.99.0.100".parse().unwrap(), Interfaces::BySubnet),
-            ("10.99.9.9".parse().unwrap(), Interfaces::BySubnet),
+            (ip("10.99.0.100"), Interfaces::BySubnet),
+            (ip("10.99.4.100"), Interfaces::BySubnet),
+            (ip("10.99.9.9"), Interfaces::BySubnet),
         ]
         .into();
         let (ready, stranded) = resolve_owned(&owned, &host());
-        assert_eq!(ready.len(), 1);
         assert_eq!(
-            ready[&"10.99.0.100".parse::<IpAddr>().unwrap()],
-            vec!["eth0"]
+            ready,
+            [(ip("10.99.0.100"), vec!["eth0".to_string()])].into()
         );
-        assert_eq!(stranded, vec!["10.99.9.9".parse::<IpAddr>().unwrap()]);
-    }
-
-    #[test]
-    fn named_interfaces_override_the_subnet_rule_but_not_the_state() {
-        let ip: IpAddr = "10.99.0.100".parse().unwrap();
-        let names: BTreeSet<String> = ["eth1", "eth2", "lo", "missing"].map(String::from).into();
-        assert_eq!(choose(ip, &Interfaces::Named(names), &host()), vec!["eth1"]);
+        let reasons: Vec<(IpAddr, &str)> = stranded.iter().map(|p| (p.ip(), p.label())).collect();
+        assert_eq!(
+            reasons,
+            vec![(ip("10.99.4.100"), "noarp"), (ip("10.99.9.9"), "no_subnet")]
+        );
     }
 }

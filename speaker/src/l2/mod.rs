@@ -6,13 +6,18 @@
 //! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address. Pure.
 //! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building. Pure.
 //! - [`filter`]: the BPF program that keeps other traffic in the kernel. Pure data.
-//! - [`iface`]: which interfaces answer for an address. Pure, plus one reader of the host.
+//! - [`iface`]: which interfaces answer for an address, or why none can ([`iface::diagnose`]).
+//!   Pure, plus one reader of the host.
 //! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
 //!
 //! # Wiring
 //! ```text
-//! Snapshot ─► planner::plan_l2 ─► L2Plan.owned ─► iface::resolve_owned(host interfaces)
-//!                                                   └─► Responder::set_owned (full set, each change)
+//! Snapshot ─► planner::plan_l2 ─► L2Plan.owned ─► iface::diagnose(ip, wanted, host interfaces)
+//!                                                   ├─► Ok(names) ─► Responder::set_owned (full set,
+//!                                                   │                each change)
+//!                                                   └─► Err(InterfaceProblem) ─► log, Event,
+//!                                                        metric (label()); the address must move
+//! every REFRESH_INTERVAL: Responder::refresh(host interfaces) ─► Responder::interface_errors()
 //! ```
 //! Live speakers come from [`crate::membership`]; the election inside the planner uses them.
 pub mod election;
@@ -26,5 +31,5 @@ mod counters;
 mod error;
 
 pub use counters::CounterSnapshot;
-pub use error::L2Error;
-pub use responder::Responder;
+pub use error::{InterfaceFault, InterfaceProblem, L2Error, Unusable};
+pub use responder::{OpenInterface, REFRESH_INTERVAL, Responder};

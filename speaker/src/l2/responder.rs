@@ -2,31 +2,51 @@
 //! [`schedule`] and [`iface`] cores. I/O: pnet datalink channels and one UDP socket.
 //!
 //! ```text
-//!  set_owned(map) ──┬──► owned view (RwLock<Arc<View>>) ◄── read per frame ── rx thread ─┐
-//!                   │                                         (one per interface)        │
-//!                   ├──► solicited-node joins (UDP socket)                               ▼
-//!                   └──► announcer thread ── schedule::due ──► GARP / unsolicited NA ──► tx
+//!  set_owned(map) ──► reads the host ─┐
+//!  refresh(host) ─────────────────────┴─► reconcile: each wanted interface vs the host
+//!      │  (close ports whose interface vanished, changed ifindex or MAC, went down or failed;
+//!      │   open the missing ones; record a fault for each wanted interface not answering)
+//!      ├──► owned view (RwLock<Arc<View>>) ◄── read per frame ── rx thread ──────────────┐
+//!      │                                         (one per open port; ends when closed,  │
+//!      │                                          or marks the port failed when its     │
+//!      │                                          interface is gone: ENETDOWN/ENXIO)    │
+//!      ├──► solicited-node joins (UDP socket, per ifindex)                               ▼
+//!      └──► announcer thread ── schedule::due ──► GARP / unsolicited NA ──► tx of the port
 //! ```
 //!
 //! # Guarantees
 //! - A request is answered only when its target is in the owned view *for the interface it came
-//!   in on*, with that interface's MAC; [`Responder::set_owned`] swaps the view before it
-//!   returns, so a lost address is not answered from then on.
-//! - Every newly owned (address, interface) pair is announced on [`schedule::ANNOUNCE_OFFSETS`].
+//!   in on*, from the port currently open on it, with that port's MAC; [`Responder::set_owned`]
+//!   swaps the view before it returns, so a lost address is not answered from then on.
+//! - Every newly owned (address, interface) pair is announced on [`schedule::ANNOUNCE_OFFSETS`],
+//!   and so is every pair whose port was reopened (the neighbours learn the new MAC).
+//! - When a reconcile ([`Responder::set_owned`], [`Responder::refresh`]) finds an open port's
+//!   interface gone, re-created (another ifindex), given another MAC, no longer usable, or its
+//!   reader failed, the port is closed before the call returns (nothing is answered from it
+//!   any more; its reader ends within [`READ_TIMEOUT`]) and, if the interface is there and
+//!   usable, a new port is opened on it in the same call.
+//! - After each reconcile, every interface named in the owned set that has no working port has
+//!   an entry in [`Responder::interface_errors`], and the others have none; a reader that fails
+//!   in between adds its entry at once.
 //! - Malformed frames are counted per [`frame::DropReason`] and never parsed past their length.
-//!
 //! - Each packet socket carries [`RESPONDER_FILTER`]: the kernel passes only received ARP and
 //!   Neighbor Solicitations, not the node's other traffic nor the frames it sends.
 //!
 //! # Caveats
-//! - Methods are synchronous and do not block on I/O (opening a new interface aside), so they may
-//!   be called from async code.
+//! - An interface re-created, or back up, is answered again only at the next reconcile: call
+//!   [`Responder::refresh`] every [`REFRESH_INTERVAL`].
+//! - Interfaces are looked up, and threads started, in the calling thread's network namespace.
+//! - Ports of interfaces no longer named stay open (they answer nothing) until their interface
+//!   changes.
+//! - Methods are synchronous and do not block on I/O (one netlink read of the host's
+//!   interfaces in [`Responder::set_owned`] and opening an interface aside), so they may be
+//!   called from async code.
 
 use super::counters::{CounterSnapshot, Counters};
-use super::error::L2Error;
+use super::error::{InterfaceFault, L2Error, Unusable};
 use super::filter::RESPONDER_FILTER;
 use super::frame::{self, MacAddr, Request, solicited_node};
-use super::iface;
+use super::iface::{self, InterfaceInfo};
 use super::schedule;
 use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
@@ -34,24 +54,44 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, UdpSocket};
 use std::os::fd::{IntoRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often a blocked read wakes up to notice shutdown.
-const READ_TIMEOUT: Duration = Duration::from_millis(200);
+/// How often a blocked read wakes up to notice shutdown or its port's closing.
+pub const READ_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// How often the shell should call [`Responder::refresh`]: the longest an interface re-created,
+/// or brought back up, stays unanswered.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Longest pause of a reader after repeated read errors.
+const MAX_READ_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Owned addresses per interface name.
 type View = HashMap<String, HashSet<IpAddr>>;
 
+/// Source of [`Port::id`].
+static NEXT_PORT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// One open interface.
 struct Port {
+    /// Distinguishes a reopened port from the one it replaces (same name).
+    id: u64,
     name: String,
     index: u32,
     mac: MacAddr,
     tx: Mutex<Box<dyn DataLinkSender>>,
+    /// A second descriptor of the packet socket, to read its pending error (pnet reports only
+    /// "unexpected poll event").
+    socket: Socket,
+    /// Set by a reconcile: the reader ends and nothing is answered from this port any more.
+    closed: AtomicBool,
+    /// Set when the socket stopped working for good (its interface is gone); the next
+    /// reconcile replaces the port.
+    failed: Mutex<Option<String>>,
 }
 
 impl Port {
@@ -62,12 +102,46 @@ impl Port {
         };
         match sent {
             Some(Ok(())) => true,
-            _ => {
+            Some(Err(e)) => {
+                Counters::bump(&counters.send_errors);
+                if interface_gone(&e) {
+                    self.fail(&e);
+                }
+                false
+            }
+            None => {
                 Counters::bump(&counters.send_errors);
                 false
             }
         }
     }
+
+    fn fail(&self, error: &io::Error) {
+        let mut failed = lock(&self.failed);
+        if failed.is_none() {
+            tracing::warn!(interface = %self.name, index = self.index, %error,
+                "interface gone under its packet socket; it is reopened on the next refresh");
+            *failed = Some(error.to_string());
+        }
+    }
+
+    fn is_failed(&self) -> bool {
+        lock(&self.failed).is_some()
+    }
+}
+
+/// Whether an I/O error means the socket's interface no longer exists (or is down).
+fn interface_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV)
+    )
+}
+
+/// Locks a mutex, going on with the data if a thread panicked while holding it (no section
+/// under these locks leaves the data half-updated).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct Inner {
@@ -77,12 +151,33 @@ struct Inner {
     stop: AtomicBool,
 }
 
+/// What the last [`Responder::set_owned`] asked for, and how it is going.
+#[derive(Default)]
+struct Control {
+    /// The owned set as given.
+    wanted: BTreeMap<IpAddr, Vec<String>>,
+    /// Why wanted interfaces without a port have none, as of the last reconcile.
+    faults: BTreeMap<String, InterfaceFault>,
+    /// Interfaces that had a port once: opening one again is a reopening.
+    opened_before: BTreeSet<String>,
+}
+
+/// An interface the responder answers on: see [`Responder::open_interfaces`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenInterface {
+    /// Kernel interface index the port is bound to.
+    pub index: u32,
+    /// The MAC it answers and announces with.
+    pub mac: MacAddr,
+}
+
 /// A handle on the responder. Dropping it stops every thread.
 pub struct Responder {
     inner: Arc<Inner>,
     announcer_tx: Option<mpsc::Sender<Command>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     multicast: Mutex<Multicast>,
+    control: Mutex<Control>,
 }
 
 impl Responder {
@@ -110,40 +205,72 @@ impl Responder {
             announcer_tx: Some(tx),
             threads: Mutex::new(vec![announcer]),
             multicast: Mutex::new(Multicast::new()),
+            control: Mutex::new(Control::default()),
         }
     }
 
-    /// Declares the full set of owned addresses and the interfaces to answer on. Interfaces not
-    /// yet open are opened; addresses no longer listed stop being answered before this returns;
-    /// newly listed (address, interface) pairs are announced at once and then on schedule.
+    /// Declares the full set of owned addresses and the interfaces to answer on (as
+    /// [`iface::diagnose`] chose them), then reconciles against the host read now, as
+    /// [`Responder::refresh`] does. Addresses no longer listed stop being answered before this
+    /// returns; newly listed (address, interface) pairs are announced at once and then on
+    /// schedule.
     ///
-    /// An interface that cannot be opened is left out (its addresses are served on the other
-    /// interfaces) and the first such error is returned after everything else was applied.
+    /// An interface that cannot answer (missing, unusable, or its packet socket cannot be
+    /// opened) is left out: its addresses are served on the other interfaces, the reason is
+    /// kept in [`Responder::interface_errors`], and the first such error is returned after
+    /// everything else was applied.
     pub fn set_owned(&self, owned: &BTreeMap<IpAddr, Vec<String>>) -> Result<(), L2Error> {
-        let mut first_error = None;
-        let mut view = View::new();
-        for (ip, names) in owned {
-            for name in names {
-                match self.port(name) {
-                    Ok(_) => {
-                        view.entry(name.clone()).or_default().insert(*ip);
-                    }
-                    Err(e) => {
-                        tracing::warn!(%ip, interface = %name, error = %e, "cannot answer on interface");
-                        first_error.get_or_insert(e);
-                    }
-                }
+        let host = iface::system_interfaces();
+        let mut control = lock(&self.control);
+        control.wanted = owned.clone();
+        self.reconcile(&mut control, &host).map_or(Ok(()), Err)
+    }
+
+    /// Compares every open port with the host's interfaces (`host`, from
+    /// [`iface::system_interfaces`], read just before the call: an older view could undo a
+    /// reopening that [`Responder::set_owned`] made meanwhile) and repairs what changed: a port whose interface vanished,
+    /// was re-created (another ifindex), got another MAC, is no longer usable (down, NOARP) or
+    /// whose reader failed is closed; an interface of the owned set without a port is opened if
+    /// it is there and usable, and its addresses are announced again with its current MAC.
+    ///
+    /// Call it every [`REFRESH_INTERVAL`]; [`Responder::set_owned`] does the same itself. When
+    /// nothing changed, it costs a comparison. Read the outcome with
+    /// [`Responder::interface_errors`] and [`Responder::open_interfaces`].
+    pub fn refresh(&self, host: &[InterfaceInfo]) {
+        let mut control = lock(&self.control);
+        let _ = self.reconcile(&mut control, host);
+    }
+
+    /// Why each interface of the owned set that is not answering is not, by name; empty when
+    /// every one answers. A fault clears by itself once a reconcile finds its cause gone.
+    pub fn interface_errors(&self) -> BTreeMap<String, InterfaceFault> {
+        let control = lock(&self.control);
+        let mut errors = control.faults.clone();
+        let ports = lock(&self.inner.ports);
+        for name in wanted_names(&control.wanted) {
+            if let Some(port) = ports.get(&name)
+                && let Some(error) = lock(&port.failed).clone()
+            {
+                errors.insert(name.clone(), InterfaceFault::ReadFailed { name, error });
             }
         }
-        let view = Arc::new(view);
-        if let Ok(mut v) = self.inner.view.write() {
-            *v = view.clone();
-        }
-        self.update_multicast(&view);
-        if let Some(tx) = &self.announcer_tx {
-            let _ = tx.send(Command::View(view));
-        }
-        first_error.map_or(Ok(()), Err)
+        errors
+    }
+
+    /// The interfaces with an open port, with the ifindex and MAC it answers on. A change of
+    /// either between two calls is a reopening (the interface was re-created or its MAC set).
+    pub fn open_interfaces(&self) -> BTreeMap<String, OpenInterface> {
+        lock(&self.inner.ports)
+            .iter()
+            .filter(|(_, p)| !p.is_failed())
+            .map(|(name, p)| {
+                let open = OpenInterface {
+                    index: p.index,
+                    mac: p.mac,
+                };
+                (name.clone(), open)
+            })
+            .collect()
     }
 
     /// Announces every owned address again, from the start of the schedule. Call it when the
@@ -162,46 +289,128 @@ impl Responder {
 
     /// The MAC an interface answers with, once it is open.
     pub fn mac_of(&self, interface: &str) -> Option<MacAddr> {
-        let ports = self.inner.ports.lock().ok()?;
-        ports.get(interface).map(|p| p.mac)
+        lock(&self.inner.ports).get(interface).map(|p| p.mac)
     }
 
-    /// The open port for `name`, opening it (and starting its reader) on first use.
-    fn port(&self, name: &str) -> Result<Arc<Port>, L2Error> {
-        // A reader that panicked cannot leave the map half-updated: keep using it.
-        let mut ports = self
-            .inner
-            .ports
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(p) = ports.get(name) {
-            return Ok(p.clone());
+    /// Brings the ports in line with `control.wanted` and `host` (see [`Responder::refresh`]),
+    /// then publishes the view. Returns the first error met opening an interface.
+    fn reconcile(&self, control: &mut Control, host: &[InterfaceInfo]) -> Option<L2Error> {
+        let wanted = wanted_names(&control.wanted);
+        let mut faults = BTreeMap::new();
+        let mut first_error = None;
+        let mut changed = false;
+        let mut ports = lock(&self.inner.ports);
+        ports.retain(|name, port| {
+            let info = host.iter().find(|i| i.name == *name);
+            let stale = match info {
+                None => Some("vanished"),
+                Some(i) if i.index != port.index => Some("re-created"),
+                Some(i) if i.mac != Some(port.mac) => Some("got another MAC"),
+                Some(i) if i.unusable().is_some() => Some("cannot answer any more"),
+                Some(_) if port.is_failed() => Some("stopped working"),
+                Some(_) => None,
+            };
+            let Some(what) = stale else { return true };
+            tracing::warn!(interface = %name, index = port.index, mac = %port.mac,
+                "interface {what}: its packet socket is closed");
+            port.closed.store(true, Ordering::SeqCst);
+            changed = true;
+            false
+        });
+        for name in &wanted {
+            if ports.contains_key(name) {
+                continue;
+            }
+            let info = host.iter().find(|i| i.name == *name);
+            let reason = info.map_or(Some(Unusable::Missing), InterfaceInfo::unusable);
+            if let Some(reason) = reason {
+                let error = match reason {
+                    Unusable::Missing => L2Error::InterfaceNotFound { name: name.clone() },
+                    Unusable::NoMac => L2Error::NoMac { name: name.clone() },
+                    reason => L2Error::Unusable {
+                        name: name.clone(),
+                        reason,
+                    },
+                };
+                first_error.get_or_insert(error);
+                let fault = InterfaceFault::Unusable {
+                    name: name.clone(),
+                    reason,
+                };
+                faults.insert(name.clone(), fault);
+                continue;
+            }
+            let Some(info) = info else { continue };
+            match self.open(info) {
+                Ok(port) => {
+                    if !control.opened_before.insert(name.clone()) {
+                        Counters::bump(&self.inner.counters.reopened);
+                        tracing::warn!(interface = %name, index = port.index, mac = %port.mac,
+                            "interface reopened; its addresses are announced again");
+                    }
+                    ports.insert(name.clone(), port);
+                    changed = true;
+                }
+                Err(e) => {
+                    tracing::warn!(interface = %name, error = %e, "cannot answer on interface");
+                    let fault = InterfaceFault::Open {
+                        name: name.clone(),
+                        error: e.to_string(),
+                    };
+                    faults.insert(name.clone(), fault);
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        let (port, rx) = open_port(name)?;
+        let mut view = View::new();
+        for (ip, names) in &control.wanted {
+            for name in names.iter().filter(|n| ports.contains_key(*n)) {
+                view.entry(name.clone()).or_default().insert(*ip);
+            }
+        }
+        let port_ids: BTreeMap<String, u64> =
+            ports.iter().map(|(name, p)| (name.clone(), p.id)).collect();
+        drop(ports);
+        control.faults = faults;
+        let current = self.inner.view.read().map(|v| v.clone()).ok();
+        if !changed && current.is_some_and(|v| *v == view) {
+            return first_error;
+        }
+        let view = Arc::new(view);
+        if let Ok(mut v) = self.inner.view.write() {
+            *v = view.clone();
+        }
+        self.update_multicast(&view);
+        if let Some(tx) = &self.announcer_tx {
+            let _ = tx.send(Command::View(view, port_ids));
+        }
+        first_error
+    }
+
+    /// Opens a port on `info` and starts its reader.
+    fn open(&self, info: &InterfaceInfo) -> Result<Arc<Port>, L2Error> {
+        let (port, rx) = open_port(info)?;
         let port = Arc::new(port);
-        ports.insert(name.to_owned(), port.clone());
         let inner = self.inner.clone();
         let reader = port.clone();
         let handle = std::thread::Builder::new()
-            .name(format!("l2-rx-{name}"))
+            .name(format!("l2-rx-{}", info.name))
             .spawn(move || receive_loop(&inner, &reader, rx))
             .map_err(|source| L2Error::Channel {
-                name: name.to_owned(),
+                name: info.name.clone(),
                 source,
             })?;
-        if let Ok(mut t) = self.threads.lock() {
-            t.push(handle);
-        }
+        let mut threads = lock(&self.threads);
+        // Readers of closed ports have ended: forget them rather than keep one per reopening.
+        threads.retain(|t| !t.is_finished());
+        threads.push(handle);
         Ok(port)
     }
 
     /// Joins the solicited-node group of every owned IPv6 address on its interfaces and leaves
     /// the groups no longer needed, so the interface accepts solicitations sent to them.
     fn update_multicast(&self, view: &View) {
-        let ports = match self.inner.ports.lock() {
-            Ok(p) => p.clone(),
-            Err(_) => return,
-        };
+        let ports = lock(&self.inner.ports).clone();
         let wanted: BTreeSet<(Ipv6Addr, u32)> = view
             .iter()
             .filter_map(|(name, ips)| ports.get(name).map(|p| (p.index, ips)))
@@ -212,13 +421,16 @@ impl Responder {
                 })
             })
             .collect();
-        if let Ok(mut m) = self.multicast.lock() {
-            let failures = m.apply(&wanted);
-            for _ in 0..failures {
-                Counters::bump(&self.inner.counters.multicast_errors);
-            }
+        let failures = lock(&self.multicast).apply(&wanted);
+        for _ in 0..failures {
+            Counters::bump(&self.inner.counters.multicast_errors);
         }
     }
+}
+
+/// Every interface name of an owned set.
+fn wanted_names(owned: &BTreeMap<IpAddr, Vec<String>>) -> BTreeSet<String> {
+    owned.values().flatten().cloned().collect()
 }
 
 impl Default for Responder {
@@ -231,28 +443,32 @@ impl Drop for Responder {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::SeqCst);
         self.announcer_tx = None;
-        if let Ok(mut threads) = self.threads.lock() {
-            for t in threads.drain(..) {
-                let _ = t.join();
-            }
+        for t in lock(&self.threads).drain(..) {
+            let _ = t.join();
         }
     }
 }
 
-fn open_port(name: &str) -> Result<(Port, Box<dyn DataLinkReceiver>), L2Error> {
-    let iface = datalink::interfaces()
-        .into_iter()
-        .find(|i| i.name == name)
-        .ok_or_else(|| L2Error::InterfaceNotFound { name: name.into() })?;
-    let info = iface::from_pnet(&iface);
+fn open_port(info: &InterfaceInfo) -> Result<(Port, Box<dyn DataLinkReceiver>), L2Error> {
+    let name = &info.name;
     let mac = info
         .mac
         .filter(|m| *m != MacAddr::default())
-        .ok_or_else(|| L2Error::NoMac { name: name.into() })?;
-    let socket_fd = filtered_packet_socket().map_err(|source| L2Error::Channel {
-        name: name.into(),
+        .ok_or_else(|| L2Error::NoMac { name: name.clone() })?;
+    let (socket_fd, socket) = filtered_packet_socket().map_err(|source| L2Error::Channel {
+        name: name.clone(),
         source,
     })?;
+    // pnet binds to the index alone: the one this view of the host saw, so a port never
+    // opens on an interface other than the one compared later.
+    let iface = datalink::NetworkInterface {
+        name: name.clone(),
+        description: String::new(),
+        index: info.index,
+        mac: Some(pnet::util::MacAddr::from(mac.0)),
+        ips: Vec::new(),
+        flags: 0,
+    };
     let config = datalink::Config {
         socket_fd: Some(socket_fd),
         read_timeout: Some(READ_TIMEOUT),
@@ -264,16 +480,20 @@ fn open_port(name: &str) -> Result<(Port, Box<dyn DataLinkReceiver>), L2Error> {
     match datalink::channel(&iface, config) {
         Ok(Channel::Ethernet(tx, rx)) => Ok((
             Port {
-                name: name.into(),
+                id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
+                name: name.clone(),
                 index: info.index,
                 mac,
                 tx: Mutex::new(tx),
+                socket,
+                closed: AtomicBool::new(false),
+                failed: Mutex::new(None),
             },
             rx,
         )),
-        Ok(_) => Err(L2Error::NotEthernet { name: name.into() }),
+        Ok(_) => Err(L2Error::NotEthernet { name: name.clone() }),
         Err(source) => Err(L2Error::Channel {
-            name: name.into(),
+            name: name.clone(),
             source,
         }),
     }
@@ -283,9 +503,10 @@ fn open_port(name: &str) -> Result<(Port, Box<dyn DataLinkReceiver>), L2Error> {
 const RECEIVE_BUFFER: usize = 4 << 20;
 
 /// A packet socket carrying [`RESPONDER_FILTER`], for pnet to bind to the interface (pnet takes
-/// ownership of the descriptor). Created with protocol 0, it receives nothing until that bind,
-/// so no frame of another interface is queued before it.
-fn filtered_packet_socket() -> io::Result<RawFd> {
+/// ownership of the descriptor), and a second descriptor of it for [`Port::socket`]. Created
+/// with protocol 0, it receives nothing until that bind, so no frame of another interface is
+/// queued before it.
+fn filtered_packet_socket() -> io::Result<(RawFd, Socket)> {
     let socket = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(0)))?;
     let program: Vec<SockFilter> = RESPONDER_FILTER
         .iter()
@@ -294,28 +515,57 @@ fn filtered_packet_socket() -> io::Result<RawFd> {
     socket.attach_filter(&program)?;
     // Best effort: the kernel caps it at net.core.rmem_max.
     let _ = socket.set_recv_buffer_size(RECEIVE_BUFFER);
-    Ok(socket.into_raw_fd())
+    let second = socket.try_clone()?;
+    Ok((socket.into_raw_fd(), second))
 }
 
+/// Reads and answers until the responder stops or the port is closed or fails.
+///
+/// When its interface goes down or is deleted, the kernel sets `ENETDOWN` on the socket (pnet
+/// then reports an "unexpected poll event" on every read until the error is read). A device
+/// that is only down keeps its socket, which the kernel re-arms when it comes back up, so the
+/// reader goes on; a deleted one leaves the socket bound to nothing, so the reader marks the
+/// port failed and ends, and the next reconcile opens a new port. Other errors are retried
+/// with a growing pause, never in a busy loop.
 fn receive_loop(inner: &Inner, port: &Port, mut rx: Box<dyn DataLinkReceiver>) {
-    while !inner.stop.load(Ordering::Relaxed) {
+    let mut backoff = Duration::from_millis(10);
+    while !inner.stop.load(Ordering::Relaxed) && !port.closed.load(Ordering::Relaxed) {
         match rx.next() {
-            Ok(frame) => handle_frame(inner, port, frame),
+            Ok(frame) => {
+                backoff = Duration::from_millis(10);
+                handle_frame(inner, port, frame);
+            }
             Err(e)
                 if e.kind() == io::ErrorKind::TimedOut || e.kind() == io::ErrorKind::WouldBlock => {
             }
             Err(e) => {
                 Counters::bump(&inner.counters.read_errors);
-                tracing::debug!(interface = %port.name, error = %e, "packet read failed");
-                std::thread::sleep(Duration::from_millis(10));
+                let error = port.socket.take_error().ok().flatten().unwrap_or(e);
+                tracing::debug!(interface = %port.name, %error, "packet read failed");
+                if interface_gone(&error) && !still_there(port) {
+                    port.fail(&error);
+                    return;
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(MAX_READ_BACKOFF);
             }
         }
     }
 }
 
+/// Whether the port's interface still exists with the index the port is bound to.
+fn still_there(port: &Port) -> bool {
+    datalink::interfaces()
+        .iter()
+        .any(|i| i.name == port.name && i.index == port.index)
+}
+
 /// One received frame: parse, check ownership on this interface, answer.
 fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
     let c = &inner.counters;
+    if port.closed.load(Ordering::Relaxed) {
+        return;
+    }
     // The packet socket also hands us what we send ourselves.
     if bytes.get(6..12) == Some(&port.mac.0[..]) {
         Counters::bump(&c.own_frames);
@@ -364,14 +614,17 @@ fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
 
 /// Progress of the announcements of one (address, interface) pair.
 struct Announcing {
+    /// The port they go out of: a reopened port starts the schedule again.
+    port: u64,
     taken_at: Instant,
     sent: usize,
 }
 
 /// What the announcer thread is told.
 enum Command {
-    /// The new owned view: newly listed pairs start their schedule.
-    View(Arc<View>),
+    /// The new owned view and the [`Port::id`] of each interface in it: newly listed pairs,
+    /// and pairs whose port was replaced, start their schedule.
+    View(Arc<View>, BTreeMap<String, u64>),
     /// Every owned pair starts its schedule again (membership changed: a node that was cut off
     /// may have answered for our addresses meanwhile, and neighbours may still point at it).
     Restart,
@@ -391,21 +644,21 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
             Ok(Command::Restart) => {
                 let now = Instant::now();
                 for a in state.values_mut() {
-                    *a = Announcing {
-                        taken_at: now,
-                        sent: 0,
-                    };
+                    a.taken_at = now;
+                    a.sent = 0;
                 }
             }
-            Ok(Command::View(view)) => {
+            Ok(Command::View(view, port_ids)) => {
                 let now = Instant::now();
-                let pairs: BTreeSet<(IpAddr, String)> = view
+                let pairs: BTreeMap<(IpAddr, String), u64> = view
                     .iter()
-                    .flat_map(|(name, ips)| ips.iter().map(move |ip| (*ip, name.clone())))
+                    .filter_map(|(name, ips)| port_ids.get(name).map(|id| (name, ips, *id)))
+                    .flat_map(|(name, ips, id)| ips.iter().map(move |ip| ((*ip, name.clone()), id)))
                     .collect();
-                state.retain(|k, _| pairs.contains(k));
-                for p in pairs {
-                    state.entry(p).or_insert(Announcing {
+                state.retain(|k, a| pairs.get(k) == Some(&a.port));
+                for (pair, port) in pairs {
+                    state.entry(pair).or_insert(Announcing {
+                        port,
                         taken_at: now,
                         sent: 0,
                     });
@@ -418,10 +671,7 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
             return;
         }
         let now = Instant::now();
-        let ports = match inner.ports.lock() {
-            Ok(p) => p.clone(),
-            Err(_) => return,
-        };
+        let ports = lock(&inner.ports).clone();
         for ((ip, name), a) in state.iter_mut() {
             let due = schedule::due(a.taken_at, now);
             if due <= a.sent {
@@ -429,7 +679,7 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
             }
             // Several due at once only after a stall: one announcement covers them.
             a.sent = due;
-            if let Some(port) = ports.get(name) {
+            if let Some(port) = ports.get(name).filter(|p| p.id == a.port) {
                 announce(inner, port, *ip);
             }
         }

@@ -33,6 +33,28 @@ fn must(cmd: &str, args: &[&str]) {
     );
 }
 
+/// Prints why a test cannot run its real part and returns `None`; fails instead under
+/// `FERROLB_REQUIRE_BINARIES=1` (CI installs everything, so a skip there hides a broken setup).
+fn skip<T>(why: &str) -> Option<T> {
+    let required = std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1");
+    assert!(!required, "{why} (FERROLB_REQUIRE_BINARIES=1)");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// Moves the calling thread into the network namespace at `path` (`/run/netns/NAME`); threads
+/// it starts afterwards begin there too. `ferrolb_tests::netns::enter` makes the same call; the
+/// speaker's tests do not depend on that crate.
+#[allow(unsafe_code)]
+fn enter_netns(path: &str) {
+    use std::os::fd::AsRawFd;
+    let file = File::open(path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
+    // SAFETY: setns(2) reads a descriptor we own for the duration of the call and a constant;
+    // it touches no memory of ours and moves only this thread, as asked.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
+}
+
 fn have(bin: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {bin}")])
@@ -62,15 +84,13 @@ impl Lab {
     pub fn new(n: usize) -> Option<Lab> {
         let root = run("id", &["-u"]);
         if String::from_utf8_lossy(&root.stdout).trim() != "0" {
-            eprintln!("skipped: needs root for network namespaces");
-            return None;
+            return skip("needs root for network namespaces");
         }
         for bin in ["ip", "arping", "ndisc6"] {
             if !have(bin) {
-                eprintln!(
-                    "skipped: `{bin}` is not installed (apt-get install iproute2 iputils-arping ndisc6)"
-                );
-                return None;
+                return skip(&format!(
+                    "`{bin}` is not installed (apt-get install iproute2 iputils-arping ndisc6)"
+                ));
             }
         }
         let prefix = format!(
@@ -129,31 +149,58 @@ impl Lab {
             "fd00:99::2/64".to_string(),
         ))
         .chain(self.nodes.iter().enumerate().map(|(i, ns)| {
-            (
-                ns.clone(),
-                format!("10.99.0.{}/24", 11 + i),
-                format!("fd00:99::{}/64", 11 + i),
-            )
+            let (v4, v6) = node_addrs(i);
+            (ns.clone(), v4, v6)
         }))
         .collect();
         for (i, (ns, v4, v6)) in hosts.iter().enumerate() {
-            let port = format!("p{i}");
-            must(
-                "ip",
-                &[
-                    "-n", &sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
-                    "netns", ns,
-                ],
-            );
-            must(
-                "ip",
-                &["-n", &sw, "link", "set", &port, "master", "br0", "up"],
-            );
-            must("ip", &["-n", ns, "addr", "add", v4, "dev", "eth0"]);
-            must("ip", &["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
-            must("ip", &["-n", ns, "link", "set", "eth0", "up"]);
-            must("ip", &["-n", ns, "link", "set", "lo", "up"]);
+            self.link_host(i, ns, v4, v6, None);
         }
+    }
+
+    /// Connects host `ns` to the bridge through switch port `p{port}` (a veth whose other end
+    /// is the host's `eth0`, with `mac` if given), with its addresses, up.
+    fn link_host(&self, port: usize, ns: &str, v4: &str, v6: &str, mac: Option<&str>) {
+        let sw = &self.switch;
+        let port = format!("p{port}");
+        let mut add = vec![
+            "-n", sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ];
+        if let Some(mac) = mac {
+            add.extend(["address", mac]);
+        }
+        must("ip", &add);
+        must(
+            "ip",
+            &["-n", sw, "link", "set", &port, "master", "br0", "up"],
+        );
+        must("ip", &["-n", ns, "addr", "add", v4, "dev", "eth0"]);
+        must("ip", &["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
+        must("ip", &["-n", ns, "link", "set", "eth0", "up"]);
+        must("ip", &["-n", ns, "link", "set", "lo", "up"]);
+    }
+
+    /// Deletes node `i`'s `eth0` (and its switch port) and creates it again, same name and
+    /// addresses, with the MAC `mac` and a new interface index.
+    pub fn recreate_node_link(&self, i: usize, mac: &str) {
+        must("ip", &["-n", &self.nodes[i], "link", "del", "eth0"]);
+        let (v4, v6) = node_addrs(i);
+        self.link_host(i + 1, &self.nodes[i], &v4, &v6, Some(mac));
+    }
+
+    /// Runs `f` on a thread inside node `i`'s network namespace: the interfaces it reads and
+    /// the sockets and threads it creates are the node's. Lab methods work from there too.
+    pub fn in_node<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.nodes[i]);
+        std::thread::scope(|scope| {
+            let thread = scope.spawn(|| {
+                enter_netns(&path);
+                f()
+            });
+            thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     }
 
     /// Starts `l2-probe` in node `i` owning `addrs`; with `control`, its owned set can be
@@ -465,6 +512,14 @@ impl Lab {
     pub fn node(&self, i: usize) -> &str {
         &self.nodes[i]
     }
+}
+
+/// Node `i`'s addresses on `eth0`, with their prefix.
+fn node_addrs(i: usize) -> (String, String) {
+    (
+        format!("10.99.0.{}/24", 11 + i),
+        format!("fd00:99::{}/64", 11 + i),
+    )
 }
 
 fn mac_of(ns: &str) -> String {
