@@ -1,19 +1,41 @@
-//! SWIM membership core: the `foca` state machine behind an authenticated datagram layer.
-//! Pure: no I/O, no clock (timers are outputs, randomness comes from a seed).
+//! SWIM membership core: the `foca` state machine behind an authenticated datagram layer, and
+//! bounded joins. Pure: no I/O, no clock (timers are outputs,
+//! randomness comes from a seed).
 //!
 //! Every datagram leaves through [`auth::seal`] and enters through [`auth::open`]; foca never
 //! sees bytes that fail authentication, so a forged message cannot change membership. Failures
 //! are counted per [`AuthFailure`].
+//!
+//! # Joining
+//! [`Membership::join`] is given every speaker of the cluster, again and again (the shell
+//! passes on every change of the speaker Pods). It runs a join round at once unless one ran
+//! less than a join period ([`MembershipConfig::announce_every`]) ago; then rounds follow by
+//! themselves, one per period, with the latest seeds. A round announces to at most
+//! [`JOIN_FANOUT`] seeds, picked at random among those that are not live members, and sends
+//! nothing when none is missing. So:
+//! - a member that starts alone announces at once, and once per period until it is in;
+//! - a converged member sends nothing, however often it is given the same seeds;
+//! - the cluster costs at most `JOIN_FANOUT` announces per member and period, instead of one
+//!   per seed: a speaker Pod whose daemon does not answer receives about
+//!   `members / announce_every` announces per second, never `members²`.
+//!
+//! Partitions heal through foca's periodic announces (to one live member and to two members
+//! it holds down, every `announce_every`) and through the join rounds, which keep announcing to
+//! seeds that are not live.
 
 use super::auth::{self, AuthFailure, GossipKey};
 use foca::{Foca, NoCustomBroadcast, Notification, PostcardCodec, Runtime};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::seq::IteratorRandom;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::time::Duration;
+
+/// Most seeds one join round announces to.
+pub const JOIN_FANOUT: usize = 3;
 
 /// A speaker as a gossip member: its node, where it listens, and a generation that grows on each
 /// start (the shell uses the start time in milliseconds), so a restarted speaker replaces its
@@ -59,7 +81,8 @@ pub struct MembershipConfig {
     pub suspect_to_down_after: Duration,
     /// How often updates are pushed to a few members besides probe piggybacking.
     pub gossip_every: Duration,
-    /// How often to announce to a known member (heals partitions, finds returning members).
+    /// How often to announce to a known member (heals partitions, finds returning members);
+    /// also the join period (one round of at most [`JOIN_FANOUT`] announces to missing seeds).
     pub announce_every: Duration,
 }
 
@@ -105,7 +128,15 @@ impl MembershipConfig {
 /// An opaque timer the shell must hand back through [`Membership::handle_timer`] after the
 /// delay that came with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Timer(foca::Timer<SpeakerId>);
+pub struct Timer(TimerKind);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum TimerKind {
+    /// One of foca's.
+    Swim(foca::Timer<SpeakerId>),
+    /// The join period is over: announce to missing seeds again if there are any.
+    Join,
+}
 
 /// What the shell must do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +170,11 @@ pub struct MembershipCounters {
     pub auth_failures: BTreeMap<AuthFailure, u64>,
     /// Authenticated datagrams foca could not use (decode or protocol error).
     pub protocol_errors: u64,
+    /// Members this member saw go from live to down.
+    pub declared_down: u64,
+    /// Times this member learnt it had been declared down while alive (a false positive, or a
+    /// partition) and rejoined with the next generation.
+    pub rejoined: u64,
 }
 
 impl MembershipCounters {
@@ -148,26 +184,37 @@ impl MembershipCounters {
     }
 }
 
-/// Collects foca's requests as [`Output`]s.
+/// Collects foca's requests as [`Output`]s, and what the core counts.
 struct Collect<'a> {
     key: &'a GossipKey,
     out: Vec<Output>,
     sent: u64,
+    declared_down: u64,
+    rejoined: bool,
+}
+
+impl Collect<'_> {
+    fn members_changed(&mut self) {
+        if !self.out.contains(&Output::MembersChanged) {
+            self.out.push(Output::MembersChanged);
+        }
+    }
 }
 
 impl Runtime<SpeakerId> for Collect<'_> {
     fn notify(&mut self, notification: Notification<'_, SpeakerId>) {
-        if matches!(
-            notification,
-            Notification::MemberUp(_)
-                | Notification::MemberDown(_)
-                | Notification::Rename(..)
-                | Notification::Rejoin(_)
-                | Notification::Defunct
-                | Notification::Idle
-        ) && !self.out.contains(&Output::MembersChanged)
-        {
-            self.out.push(Output::MembersChanged);
+        match notification {
+            Notification::MemberDown(_) => {
+                self.declared_down += 1;
+                self.members_changed();
+            }
+            Notification::MemberUp(_) | Notification::Rename(..) => self.members_changed(),
+            Notification::Rejoin(_) => {
+                self.rejoined = true;
+                self.members_changed();
+            }
+            Notification::Defunct | Notification::Idle => self.members_changed(),
+            Notification::Active => {}
         }
     }
 
@@ -182,7 +229,7 @@ impl Runtime<SpeakerId> for Collect<'_> {
     fn submit_after(&mut self, event: foca::Timer<SpeakerId>, after: Duration) {
         self.out.push(Output::After {
             delay: after,
-            timer: Timer(event),
+            timer: Timer(TimerKind::Swim(event)),
         });
     }
 }
@@ -193,15 +240,23 @@ type Swim = Foca<SpeakerId, PostcardCodec, StdRng, NoCustomBroadcast>;
 pub struct Membership {
     swim: Swim,
     key: GossipKey,
-    me: SpeakerId,
     counters: MembershipCounters,
+    /// Picks join targets (foca has its own).
+    rng: StdRng,
+    /// The join period.
+    period: Duration,
+    /// The latest seeds given to [`Membership::join`].
+    seeds: Vec<(String, SocketAddr)>,
+    /// A join round ran less than one period ago.
+    join_waiting: bool,
 }
 
 impl Membership {
-    /// A member that knows nobody yet. `seed` drives foca's random member choice.
+    /// A member that knows nobody yet. `seed` drives the random choices (foca's and the
+    /// core's).
     pub fn new(me: SpeakerId, key: GossipKey, config: &MembershipConfig, seed: u64) -> Self {
         let swim = Foca::new(
-            me.clone(),
+            me,
             config.to_foca(),
             StdRng::seed_from_u64(seed),
             PostcardCodec,
@@ -209,8 +264,11 @@ impl Membership {
         Membership {
             swim,
             key,
-            me,
             counters: MembershipCounters::default(),
+            rng: StdRng::seed_from_u64(seed ^ 0x6a6f_696e_5f72_6e67),
+            period: config.announce_every,
+            seeds: Vec::new(),
+            join_waiting: false,
         }
     }
 
@@ -219,32 +277,71 @@ impl Membership {
             key: &self.key,
             out: Vec::new(),
             sent: 0,
+            declared_down: 0,
+            rejoined: false,
         };
         if !f(&mut self.swim, &mut rt) {
             self.counters.protocol_errors += 1;
         }
         self.counters.sent += rt.sent;
+        self.counters.declared_down += rt.declared_down;
+        self.counters.rejoined += u64::from(rt.rejoined);
         rt.out
     }
 
-    /// Announces this member to `peers` (node name and gossip address, from the speaker Pods).
-    /// Peers equal to this member's address are skipped.
+    /// Gives this member the seeds (node name and gossip address, from the speaker Pods); an
+    /// entry with this member's own address is skipped. See the module documentation: at most
+    /// [`JOIN_FANOUT`] announces, only to seeds that are not live members, at most once per
+    /// join period; the same seeds again cost nothing.
     pub fn join(&mut self, peers: &[(String, SocketAddr)]) -> Vec<Output> {
-        let me = self.me.addr;
-        let targets: Vec<SpeakerId> = peers
+        if self.seeds != peers {
+            self.seeds = peers.to_vec();
+        }
+        if self.join_waiting {
+            return Vec::new();
+        }
+        self.join_round()
+    }
+
+    /// Announces to up to [`JOIN_FANOUT`] random seeds that are not live, then waits a period.
+    /// Costs one pass over the seeds, and no datagram when none is missing.
+    fn join_round(&mut self) -> Vec<Output> {
+        let me = self.swim.identity().addr;
+        if self.seeds.iter().all(|(_, a)| *a == me) {
+            // No seed but ourselves: nothing to check until `join` brings some.
+            return Vec::new();
+        }
+        let live: HashSet<SocketAddr> = self.swim.iter_members().map(|m| m.id().addr).collect();
+        let targets: Vec<SpeakerId> = self
+            .seeds
             .iter()
-            .filter(|(_, a)| *a != me)
+            .filter(|(_, a)| *a != me && !live.contains(a))
+            .into_iter()
+            .choose_multiple(&mut self.rng, JOIN_FANOUT)
+            .into_iter()
             .map(|(node, addr)| SpeakerId {
                 node: node.clone(),
                 addr: *addr,
                 generation: 0,
             })
             .collect();
-        self.collect(|swim, rt| {
-            targets
-                .into_iter()
-                .all(|t| swim.announce(t, &mut *rt).is_ok())
-        })
+        let mut out = if targets.is_empty() {
+            Vec::new()
+        } else {
+            self.collect(|swim, rt| {
+                targets
+                    .into_iter()
+                    .all(|t| swim.announce(t, &mut *rt).is_ok())
+            })
+        };
+        // The next round checks again in one period, missing seeds or not: a member that goes
+        // down later makes its seed missing without any new seed list.
+        self.join_waiting = true;
+        out.push(Output::After {
+            delay: self.period,
+            timer: Timer(TimerKind::Join),
+        });
+        out
     }
 
     /// Handles one received datagram; unauthenticated ones are counted and ignored.
@@ -262,7 +359,13 @@ impl Membership {
 
     /// Handles a timer that came due.
     pub fn handle_timer(&mut self, timer: Timer) -> Vec<Output> {
-        self.collect(|swim, rt| swim.handle_timer(timer.0, &mut *rt).is_ok())
+        match timer.0 {
+            TimerKind::Swim(t) => self.collect(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok()),
+            TimerKind::Join => {
+                self.join_waiting = false;
+                self.join_round()
+            }
+        }
     }
 
     /// Nodes with a live speaker as this member sees them, itself included.
@@ -270,13 +373,24 @@ impl Membership {
         self.swim
             .iter_members()
             .map(|m| m.id().node.clone())
-            .chain(std::iter::once(self.me.node.clone()))
+            .chain(std::iter::once(self.swim.identity().node.clone()))
             .collect()
     }
 
-    /// This member's identity.
+    /// How many live members this member sees, itself included.
+    pub fn live_count(&self) -> usize {
+        self.swim.num_members() + 1
+    }
+
+    /// Whether this member sees a live speaker on `node` (itself included).
+    pub fn is_live(&self, node: &str) -> bool {
+        self.swim.identity().node == node || self.swim.iter_members().any(|m| m.id().node == node)
+    }
+
+    /// This member's identity (its generation grows when it rejoins after being declared
+    /// down).
     pub fn me(&self) -> &SpeakerId {
-        &self.me
+        self.swim.identity()
     }
 
     /// The counters.

@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //! - [`auth`]: HMAC-SHA256 framing of datagrams. Pure.
-//! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing. Pure: timers are
-//!   outputs, randomness comes from a seed.
+//! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing, bounded joins.
+//!   Pure: timers are outputs, randomness comes from a seed.
+//! - [`sim`]: many cores on a simulated network with virtual time, for tests. Pure.
 //! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
 //! - [`udp`]: the tokio shell: one UDP socket, timers, a watch of live nodes.
 //!
@@ -14,10 +15,11 @@
 pub mod auth;
 pub mod core;
 pub mod seeds;
+pub mod sim;
 pub mod udp;
 
 pub use auth::{AuthFailure, GossipKey};
-pub use core::{Membership, MembershipConfig, MembershipCounters, Output, SpeakerId};
+pub use core::{JOIN_FANOUT, Membership, MembershipConfig, MembershipCounters, Output, SpeakerId};
 pub use udp::{Gossip, MembershipError};
 
 #[cfg(test)]

@@ -1,283 +1,202 @@
-//! The membership core on a simulated network: a deterministic event queue with virtual time,
-//! 1 ms latency, and nodes that can be killed or restarted.
+//! The membership core alone and on the simulated network of [`super::sim`]: virtual time,
+//! 0.2–1 ms latency, members that can be killed, restarted or partitioned.
 
 use super::auth::{self, AuthFailure, GossipKey};
-use super::core::{Membership, MembershipConfig, Output, SpeakerId, Timer};
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use super::core::{JOIN_FANOUT, Membership, MembershipConfig, Output, SpeakerId};
+use super::sim::{Cluster, NetConfig};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
-
-const LATENCY_MS: u64 = 1;
-
-enum Event {
-    Deliver {
-        to: SocketAddr,
-        datagram: Vec<u8>,
-    },
-    Fire {
-        node: usize,
-        generation: u64,
-        timer: Timer,
-    },
-}
-
-struct Sim {
-    now_ms: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64)>>,
-    events: std::collections::HashMap<u64, Event>,
-    members: Vec<Option<Membership>>,
-    addrs: Vec<SocketAddr>,
-    key: GossipKey,
-}
 
 fn key(b: u8) -> GossipKey {
     GossipKey::new(vec![b; 32]).unwrap()
 }
 
-fn name(i: usize) -> String {
-    format!("node-{i}")
-}
-
-impl Sim {
-    fn new(n: usize) -> Sim {
-        let mut sim = Sim {
-            now_ms: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            events: Default::default(),
-            members: (0..n).map(|_| None).collect(),
-            addrs: (0..n)
-                .map(|i| format!("10.99.0.{}:7946", 11 + i).parse().unwrap())
-                .collect(),
-            key: key(7),
-        };
-        for i in 0..n {
-            sim.start(i, 1);
-        }
-        sim
-    }
-
-    fn peers(&self) -> Vec<(String, SocketAddr)> {
-        self.addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (name(i), *a))
-            .collect()
-    }
-
-    fn start(&mut self, i: usize, generation: u64) {
-        let me = SpeakerId {
-            node: name(i),
-            addr: self.addrs[i],
-            generation,
-        };
-        let mut m = Membership::new(
-            me,
-            self.key.clone(),
-            &MembershipConfig::default(),
-            i as u64 + generation * 1000,
-        );
-        let out = m.join(&self.peers());
-        self.members[i] = Some(m);
-        self.apply(i, out);
-    }
-
-    fn kill(&mut self, i: usize) {
-        self.members[i] = None;
-    }
-
-    fn push(&mut self, at: u64, e: Event) {
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq)));
-        self.events.insert(self.seq, e);
-    }
-
-    fn apply(&mut self, node: usize, out: Vec<Output>) {
-        let generation = self.members[node].as_ref().map_or(0, |m| m.me().generation);
-        for o in out {
-            match o {
-                Output::Send { to, datagram } => {
-                    self.push(self.now_ms + LATENCY_MS, Event::Deliver { to, datagram })
-                }
-                Output::After { delay, timer } => {
-                    let at = self.now_ms + delay.as_millis() as u64;
-                    self.push(
-                        at,
-                        Event::Fire {
-                            node,
-                            generation,
-                            timer,
-                        },
-                    )
-                }
-                Output::MembersChanged => {}
-            }
-        }
-    }
-
-    /// Runs until `until_ms` of virtual time.
-    fn run_until(&mut self, until_ms: u64) {
-        while let Some(Reverse((at, seq))) = self.queue.peek().copied() {
-            if at > until_ms {
-                break;
-            }
-            self.queue.pop();
-            self.now_ms = at;
-            let Some(event) = self.events.remove(&seq) else {
-                continue;
-            };
-            match event {
-                Event::Deliver { to, datagram } => {
-                    let Some(i) = self.addrs.iter().position(|a| *a == to) else {
-                        continue;
-                    };
-                    if let Some(m) = self.members[i].as_mut() {
-                        let out = m.handle_datagram(&datagram);
-                        self.apply(i, out);
-                    }
-                }
-                Event::Fire {
-                    node,
-                    generation,
-                    timer,
-                } => {
-                    // Timers of a killed incarnation die with it.
-                    if let Some(m) = self.members[node]
-                        .as_mut()
-                        .filter(|m| m.me().generation == generation)
-                    {
-                        let out = m.handle_timer(timer);
-                        self.apply(node, out);
-                    }
-                }
-            }
-        }
-        self.now_ms = until_ms;
-    }
-
-    fn live(&self, i: usize) -> BTreeSet<String> {
-        self.members[i].as_ref().unwrap().live_nodes()
-    }
-
-    /// Virtual time until every survivor in `who` sees exactly `want`, checking every 10 ms.
-    fn time_until(&mut self, who: &[usize], want: &BTreeSet<String>, limit_ms: u64) -> Option<u64> {
-        let start = self.now_ms;
-        while self.now_ms - start <= limit_ms {
-            if who.iter().all(|i| self.live(*i) == *want) {
-                return Some(self.now_ms - start);
-            }
-            let next = self.now_ms + 10;
-            self.run_until(next);
-        }
-        None
-    }
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
 }
 
 fn names(ids: &[usize]) -> BTreeSet<String> {
-    ids.iter().map(|i| name(*i)).collect()
+    ids.iter().map(|i| Cluster::name(*i)).collect()
 }
+
+/// A cluster of `n` members, all started at once with every member as a seed.
+fn cluster(n: usize) -> Cluster {
+    cluster_on(n, NetConfig::default())
+}
+
+fn cluster_on(n: usize, net: NetConfig) -> Cluster {
+    let mut c = Cluster::new(n, MembershipConfig::default(), key(7), net);
+    let seeds = c.seeds();
+    for i in 0..n {
+        c.start(i, 1, &seeds);
+    }
+    c
+}
+
+fn live(c: &Cluster, i: usize) -> BTreeSet<String> {
+    c.member(i).unwrap().live_nodes()
+}
+
+/// Runs in steps of 10 ms until `done` holds, for at most `limit`; the time it took.
+fn time_until(
+    c: &mut Cluster,
+    limit: Duration,
+    done: impl Fn(&Cluster) -> bool,
+) -> Option<Duration> {
+    let start = c.now();
+    loop {
+        if done(c) {
+            return Some(c.now() - start);
+        }
+        if c.now() - start > limit {
+            return None;
+        }
+        c.run_for(ms(10), |_, _, _, _| {});
+    }
+}
+
+/// Runs until every member of `who` sees exactly `want`.
+fn until_views(
+    c: &mut Cluster,
+    who: &[usize],
+    want: &BTreeSet<String>,
+    limit: Duration,
+) -> Option<Duration> {
+    time_until(c, limit, |c| who.iter().all(|i| live(c, *i) == *want))
+}
+
+/// A member that is not part of any simulated cluster.
+fn lone(node: &str, seed: u64) -> Membership {
+    Membership::new(
+        SpeakerId {
+            node: node.into(),
+            addr: "10.200.0.1:7946".parse().unwrap(),
+            generation: 1,
+        },
+        key(7),
+        &MembershipConfig::default(),
+        seed,
+    )
+}
+
+fn seeds(n: usize) -> Vec<(String, SocketAddr)> {
+    (0..n)
+        .map(|i| (Cluster::name(i), Cluster::addr(i)))
+        .collect()
+}
+
+fn sends(out: &[Output]) -> Vec<SocketAddr> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send { to, .. } => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
+
+fn join_timer(out: &[Output]) -> Option<(Duration, super::core::Timer)> {
+    out.iter().find_map(|o| match o {
+        Output::After { delay, timer } if *delay == MembershipConfig::default().announce_every => {
+            Some((*delay, timer.clone()))
+        }
+        _ => None,
+    })
+}
+
+// ---- membership on the simulated network ----
 
 #[test]
 fn speakers_seeded_with_each_other_all_see_each_other() {
-    let mut sim = Sim::new(3);
-    let t = sim.time_until(&[0, 1, 2], &names(&[0, 1, 2]), 2_000);
+    let mut c = cluster(3);
+    let t = until_views(&mut c, &[0, 1, 2], &names(&[0, 1, 2]), ms(2_000));
     assert!(
         t.is_some(),
         "views: {:?}",
-        (0..3).map(|i| sim.live(i)).collect::<Vec<_>>()
+        (0..3).map(|i| live(&c, i)).collect::<Vec<_>>()
     );
 }
 
 #[test]
 fn a_killed_speaker_is_declared_down_by_all_survivors_within_a_second() {
-    let mut worst = 0;
+    let mut worst = Duration::ZERO;
     for victim in 0..3 {
-        let mut sim = Sim::new(3);
-        sim.time_until(&[0, 1, 2], &names(&[0, 1, 2]), 2_000)
-            .unwrap();
-        sim.run_until(sim.now_ms + 1_000);
-        sim.kill(victim);
+        let mut c = cluster(3);
+        until_views(&mut c, &[0, 1, 2], &names(&[0, 1, 2]), ms(2_000)).unwrap();
+        c.run_for(ms(1_000), |_, _, _, _| {});
+        c.kill(victim);
         let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
-        let t = sim
-            .time_until(&survivors, &names(&survivors), 3_000)
+        let t = until_views(&mut c, &survivors, &names(&survivors), ms(3_000))
             .expect("victim never declared down");
         worst = worst.max(t);
     }
     assert!(
-        worst <= 1_000,
-        "slowest detection took {worst} ms of virtual time"
+        worst <= ms(1_000),
+        "slowest detection took {worst:?} of virtual time"
     );
 }
 
 #[test]
 fn a_restarted_speaker_is_taken_back_with_its_new_generation() {
-    let mut sim = Sim::new(3);
-    sim.time_until(&[0, 1, 2], &names(&[0, 1, 2]), 2_000)
-        .unwrap();
-    sim.kill(2);
-    sim.time_until(&[0, 1], &names(&[0, 1]), 3_000).unwrap();
-    sim.start(2, 2);
-    assert!(
-        sim.time_until(&[0, 1, 2], &names(&[0, 1, 2]), 3_000)
-            .is_some()
-    );
+    let mut c = cluster(3);
+    until_views(&mut c, &[0, 1, 2], &names(&[0, 1, 2]), ms(2_000)).unwrap();
+    c.kill(2);
+    until_views(&mut c, &[0, 1], &names(&[0, 1]), ms(3_000)).unwrap();
+    let seeds = c.seeds();
+    c.start(2, 2, &seeds);
+    assert!(until_views(&mut c, &[0, 1, 2], &names(&[0, 1, 2]), ms(3_000)).is_some());
 }
 
 #[test]
 fn a_speaker_with_the_wrong_key_or_no_key_changes_nobodys_view() {
-    let mut sim = Sim::new(2);
-    sim.time_until(&[0, 1], &names(&[0, 1]), 2_000).unwrap();
+    let mut c = cluster(2);
+    until_views(&mut c, &[0, 1], &names(&[0, 1]), ms(2_000)).unwrap();
     // An intruder with another key announces itself to both speakers.
-    let intruder_addr: SocketAddr = "10.99.0.66:7946".parse().unwrap();
     let mut intruder = Membership::new(
         SpeakerId {
             node: "intruder".into(),
-            addr: intruder_addr,
+            addr: "10.99.0.66:7946".parse().unwrap(),
             generation: 1,
         },
         key(99),
         &MembershipConfig::default(),
         5,
     );
-    let forged = intruder.join(&sim.peers());
+    let forged = intruder.join(&c.seeds());
     let mut sent = 0;
     for o in forged {
         if let Output::Send { to, datagram } = o {
-            sim.push(
-                sim.now_ms + 1,
-                Event::Deliver {
-                    to,
-                    datagram: datagram.clone(),
-                },
-            );
+            c.inject(to, datagram.clone(), ms(1));
             // The same message with the tag stripped, and as raw foca bytes without any framing.
             let bare = datagram[auth::MAGIC.len()..datagram.len() - auth::TAG_LEN].to_vec();
-            sim.push(sim.now_ms + 1, Event::Deliver { to, datagram: bare });
+            c.inject(to, bare, ms(1));
             sent += 1;
         }
     }
     assert_eq!(sent, 2);
-    sim.run_until(sim.now_ms + 1_000);
+    c.run_for(ms(1_000), |_, _, _, _| {});
     for i in 0..2 {
-        assert_eq!(sim.live(i), names(&[0, 1]));
-        let c = sim.members[i].as_ref().unwrap().counters();
-        assert_eq!(c.auth_failures.get(&AuthFailure::BadTag), Some(&1), "{c:?}");
-        assert_eq!(c.auth_failures_total(), 2, "{c:?}");
+        assert_eq!(live(&c, i), names(&[0, 1]));
+        let counters = c.member(i).unwrap().counters();
+        assert_eq!(
+            counters.auth_failures.get(&AuthFailure::BadTag),
+            Some(&1),
+            "{counters:?}"
+        );
+        assert_eq!(counters.auth_failures_total(), 2, "{counters:?}");
     }
 }
 
 #[test]
 fn an_authenticated_but_undecodable_datagram_is_counted_as_a_protocol_error() {
-    let mut sim = Sim::new(1);
-    let junk = auth::seal(&sim.key, &[0xff; 10]);
-    let m = sim.members[0].as_mut().unwrap();
-    let before = m.counters().protocol_errors;
-    let out = m.handle_datagram(&junk);
-    assert!(out.is_empty());
-    assert_eq!(m.counters().protocol_errors, before + 1);
-    assert_eq!(m.live_nodes(), names(&[0]));
+    let mut m = lone("node-0", 1);
+    for junk in [auth::seal(&key(7), &[0xff; 10])] {
+        let before = m.counters().protocol_errors;
+        let out = m.handle_datagram(&junk);
+        assert!(out.is_empty());
+        assert_eq!(m.counters().protocol_errors, before + 1);
+    }
+    assert_eq!(m.live_nodes(), BTreeSet::from(["node-0".to_string()]));
 }
 
 #[test]
@@ -285,4 +204,152 @@ fn the_default_timing_fits_the_failover_goal() {
     let c = MembershipConfig::default();
     assert!(c.probe_rtt < c.probe_period);
     assert!(c.probe_period + c.suspect_to_down_after < Duration::from_millis(600));
+}
+
+// ---- bounded joins ----
+
+#[test]
+fn joining_with_a_thousand_seeds_announces_to_at_most_three_of_them_at_once() {
+    let mut m = lone("alone", 3);
+    let out = m.join(&seeds(1_000));
+    let to = sends(&out);
+    assert!(
+        !to.is_empty() && to.len() <= JOIN_FANOUT,
+        "{} announces",
+        to.len()
+    );
+    assert_eq!(
+        to.iter().collect::<BTreeSet<_>>().len(),
+        to.len(),
+        "one announce per seed"
+    );
+    assert!(
+        join_timer(&out).is_some(),
+        "the next round waits one join period"
+    );
+}
+
+#[test]
+fn the_same_seeds_again_send_nothing_until_the_join_period_is_over() {
+    let mut m = lone("alone", 4);
+    let seeds = seeds(1_000);
+    let (_, timer) = join_timer(&m.join(&seeds)).unwrap();
+    for _ in 0..10 {
+        assert!(m.join(&seeds).is_empty());
+    }
+    // Other seeds within the period wait too: the period bounds the rate, not the list.
+    assert!(m.join(&seeds[..10]).is_empty());
+    // Once the period is over, the round runs again by itself, with the latest seeds.
+    let out = m.handle_timer(timer);
+    let to = sends(&out);
+    assert!(!to.is_empty() && to.len() <= JOIN_FANOUT);
+    assert!(to.iter().all(|a| seeds[..10].iter().any(|(_, s)| s == a)));
+    assert!(m.join(&seeds).is_empty());
+}
+
+#[test]
+fn join_rounds_are_the_same_for_the_same_seed() {
+    let a = sends(&lone("alone", 11).join(&seeds(1_000)));
+    let b = sends(&lone("alone", 11).join(&seeds(1_000)));
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_member_does_not_announce_to_itself_nor_with_no_seeds() {
+    let mut c = Cluster::new(1, MembershipConfig::default(), key(7), NetConfig::default());
+    c.start(0, 1, &[]);
+    let me = (Cluster::name(0), Cluster::addr(0));
+    let out = c
+        .with_member(0, |m| (m.join(std::slice::from_ref(&me)), Vec::new()))
+        .unwrap();
+    assert_eq!(out, Vec::new());
+}
+
+#[test]
+fn a_join_round_sends_nothing_once_every_seed_is_live() {
+    let at = |i: usize| {
+        Membership::new(
+            SpeakerId {
+                node: Cluster::name(i),
+                addr: Cluster::addr(i),
+                generation: 1,
+            },
+            key(7),
+            &MembershipConfig::default(),
+            i as u64,
+        )
+    };
+    let (mut a, mut b) = (at(0), at(1));
+    let seeds = seeds(2);
+    let out = a.join(&seeds);
+    let (_, timer) = join_timer(&out).unwrap();
+    // B answers A's announce with a feed, which makes B live for A.
+    for o in out {
+        if let Output::Send { datagram, .. } = o {
+            for reply in b.handle_datagram(&datagram) {
+                if let Output::Send { datagram, .. } = reply {
+                    a.handle_datagram(&datagram);
+                }
+            }
+        }
+    }
+    assert!(a.is_live("node-1"));
+    let out = a.handle_timer(timer);
+    assert!(sends(&out).is_empty(), "{out:?}");
+    assert!(
+        join_timer(&out).is_some(),
+        "rounds go on, to notice a seed that goes missing"
+    );
+    assert!(a.join(&seeds).is_empty());
+}
+
+#[test]
+fn fifty_members_started_together_all_see_each_other() {
+    let mut c = cluster(50);
+    let all: Vec<usize> = (0..50).collect();
+    let t = time_until(&mut c, ms(30_000), |c| {
+        all.iter().all(|i| c.member(*i).unwrap().live_count() == 50)
+    });
+    assert!(
+        t.is_some(),
+        "live counts: {:?}",
+        all.iter()
+            .map(|i| c.member(*i).unwrap().live_count())
+            .collect::<Vec<_>>()
+    );
+    assert!(until_views(&mut c, &all, &names(&all), ms(0)).is_some());
+}
+
+#[test]
+fn fifty_members_started_together_converge_with_one_percent_loss() {
+    let mut c = cluster_on(
+        50,
+        NetConfig {
+            loss: 0.01,
+            seed: 9,
+            ..NetConfig::default()
+        },
+    );
+    let t = time_until(&mut c, ms(30_000), |c| {
+        (0..50).all(|i| c.member(i).unwrap().live_count() == 50)
+    });
+    assert!(t.is_some());
+}
+
+#[test]
+fn a_partition_heals_once_the_network_does() {
+    let mut c = cluster(6);
+    let all: Vec<usize> = (0..6).collect();
+    until_views(&mut c, &all, &names(&all), ms(2_000)).unwrap();
+    c.partition(Some(vec![0, 0, 0, 1, 1, 1]));
+    until_views(&mut c, &[0, 1, 2], &names(&[0, 1, 2]), ms(5_000)).expect("left side");
+    until_views(&mut c, &[3, 4, 5], &names(&[3, 4, 5]), ms(5_000)).expect("right side");
+    c.partition(None);
+    // foca's periodic announces and the join rounds both run every `announce_every` (5 s).
+    let t = until_views(&mut c, &all, &names(&all), ms(20_000));
+    assert!(
+        t.is_some(),
+        "views: {:?}",
+        all.iter().map(|i| live(&c, *i)).collect::<Vec<_>>()
+    );
 }

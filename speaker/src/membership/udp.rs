@@ -3,8 +3,11 @@
 //! ```text
 //!  socket.recv_from ─┐                       ┌─► socket.send_to
 //!  due timers ───────┼─► Membership (core) ──┼─► tokio::time::sleep ─► due timers
-//!  set_seeds ────────┘                       └─► watch: live nodes, counters
+//!  watch: seeds ─────┘                       └─► watch: live nodes, counters
 //! ```
+//!
+//! Seeds are a watch, not a queue: the task reads the latest list, and a list equal to the
+//! current one does not even wake it.
 
 use super::auth::GossipKey;
 use super::core::{Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, Timer};
@@ -36,7 +39,7 @@ pub enum MembershipError {
 pub struct Gossip {
     live: watch::Receiver<BTreeSet<String>>,
     counters: watch::Receiver<MembershipCounters>,
-    seeds: mpsc::UnboundedSender<Vec<(String, SocketAddr)>>,
+    seeds: watch::Sender<Vec<(String, SocketAddr)>>,
     task: JoinHandle<()>,
 }
 
@@ -65,8 +68,16 @@ impl Gossip {
         let core = Membership::new(me, key, &config, seed);
         let (live_tx, live) = watch::channel(core.live_nodes());
         let (counters_tx, counters) = watch::channel(MembershipCounters::default());
-        let (seeds, seeds_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(core, socket, seeds_rx, live_tx, counters_tx));
+        let (seeds, seeds_rx) = watch::channel(Vec::new());
+        let task = tokio::spawn(run(
+            core,
+            socket,
+            Inputs { seeds: seeds_rx },
+            Watches {
+                live: live_tx,
+                counters: counters_tx,
+            },
+        ));
         Ok(Gossip {
             live,
             counters,
@@ -80,9 +91,17 @@ impl Gossip {
         self.live.clone()
     }
 
-    /// Announces to these peers (node name, gossip address), typically the speaker Pods.
+    /// Gives the seeds (node name, gossip address), typically every speaker Pod; call it as
+    /// often as convenient. The core announces to a few seeds that are not live members, at
+    /// most once per join period ([`Membership::join`]); the same seeds again cost nothing.
     pub fn set_seeds(&self, peers: Vec<(String, SocketAddr)>) {
-        let _ = self.seeds.send(peers);
+        self.seeds.send_if_modified(|s| {
+            let changed = *s != peers;
+            if changed {
+                *s = peers;
+            }
+            changed
+        });
     }
 
     /// The counters at this moment.
@@ -97,13 +116,27 @@ impl Drop for Gossip {
     }
 }
 
-async fn run(
-    mut core: Membership,
-    socket: UdpSocket,
-    mut seeds: mpsc::UnboundedReceiver<Vec<(String, SocketAddr)>>,
+struct Inputs {
+    seeds: watch::Receiver<Vec<(String, SocketAddr)>>,
+}
+
+struct Watches {
     live: watch::Sender<BTreeSet<String>>,
     counters: watch::Sender<MembershipCounters>,
-) {
+}
+
+/// Replaces the watched value when it differs, so receivers wake only on a change.
+fn publish<T: PartialEq>(tx: &watch::Sender<T>, now: T) {
+    tx.send_if_modified(|v| {
+        let changed = *v != now;
+        if changed {
+            *v = now;
+        }
+        changed
+    });
+}
+
+async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watches: Watches) {
     let (timer_tx, mut timers) = mpsc::unbounded_channel::<Timer>();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
@@ -116,7 +149,10 @@ async fn run(
                 }
             },
             Some(t) = timers.recv() => core.handle_timer(t),
-            Some(peers) = seeds.recv() => core.join(&peers),
+            Ok(()) = inputs.seeds.changed() => {
+                let peers = inputs.seeds.borrow_and_update().clone();
+                core.join(&peers)
+            }
         };
         for o in out {
             match o {
@@ -132,22 +168,11 @@ async fn run(
                         let _ = tx.send(timer);
                     });
                 }
-                Output::MembersChanged => {
-                    live.send_if_modified(|v| {
-                        let now = core.live_nodes();
-                        let changed = *v != now;
-                        *v = now;
-                        changed
-                    });
-                }
+                Output::MembersChanged => publish(&watches.live, core.live_nodes()),
             }
         }
-        counters.send_if_modified(|c| {
-            let changed = c != core.counters();
-            if changed {
-                *c = core.counters().clone();
-            }
-            changed
-        });
+        if watches.counters.borrow().ne(core.counters()) {
+            watches.counters.send_replace(core.counters().clone());
+        }
     }
 }
