@@ -1,8 +1,9 @@
 //! Authentication of gossip datagrams with a shared key. Pure: no I/O, no clock.
 //!
-//! Wire format of a datagram: `"FLB1"` (4 octets, format and version), the gossip payload, then
+//! Wire format of a datagram: a magic (4 octets: channel, format and version), the payload, then
 //! HMAC-SHA256 (RFC 2104, FIPS 180-4) over magic and payload, 32 octets. The tag is verified in
-//! constant time before a single payload byte is decoded.
+//! constant time before a single payload byte is decoded. Magic `"FLB1"` carries SWIM (foca)
+//! messages, `"FLS1"` a member state pushed directly to one member ([`Channel`]).
 //!
 //! # Caveats
 //! - No confidentiality: membership is not secret, only its integrity matters.
@@ -16,8 +17,10 @@ use std::fmt;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Format and version marker at the start of every datagram.
+/// Format and version marker at the start of every SWIM datagram.
 pub const MAGIC: &[u8; 4] = b"FLB1";
+/// Format and version marker at the start of every state datagram.
+pub const STATE_MAGIC: &[u8; 4] = b"FLS1";
 /// Length of the authentication tag.
 pub const TAG_LEN: usize = 32;
 /// Shortest key accepted: 16 octets (128 bits).
@@ -46,12 +49,30 @@ impl fmt::Debug for GossipKey {
     }
 }
 
+/// What a datagram carries, told by its magic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Channel {
+    /// A SWIM message for foca ([`MAGIC`]).
+    Swim,
+    /// One member's state, pushed to a member that just came up ([`STATE_MAGIC`]).
+    State,
+}
+
+impl Channel {
+    fn magic(self) -> &'static [u8; 4] {
+        match self {
+            Channel::Swim => MAGIC,
+            Channel::State => STATE_MAGIC,
+        }
+    }
+}
+
 /// Why a datagram was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AuthFailure {
     /// Shorter than magic and tag.
     TooShort,
-    /// Not starting with [`MAGIC`]: another protocol or version.
+    /// Not starting with [`MAGIC`] or [`STATE_MAGIC`]: another protocol or version.
     BadMagic,
     /// The tag does not verify: no key, a wrong key, or altered content.
     BadTag,
@@ -68,10 +89,16 @@ impl AuthFailure {
     }
 }
 
-/// Wraps `payload` into an authenticated datagram.
+/// Wraps `payload` into an authenticated SWIM datagram.
 pub fn seal(key: &GossipKey, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(MAGIC.len() + payload.len() + TAG_LEN);
-    out.extend_from_slice(MAGIC);
+    seal_on(key, Channel::Swim, payload)
+}
+
+/// Wraps `payload` into an authenticated datagram of `channel`.
+pub fn seal_on(key: &GossipKey, channel: Channel, payload: &[u8]) -> Vec<u8> {
+    let magic = channel.magic();
+    let mut out = Vec::with_capacity(magic.len() + payload.len() + TAG_LEN);
+    out.extend_from_slice(magic);
     out.extend_from_slice(payload);
     let mut mac = key.mac();
     mac.update(&out);
@@ -79,19 +106,35 @@ pub fn seal(key: &GossipKey, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The payload of an authenticated datagram, or why it is refused.
+/// The payload of an authenticated SWIM datagram, or why it is refused (a state datagram is
+/// [`AuthFailure::BadMagic`] here).
 pub fn open<'a>(key: &GossipKey, datagram: &'a [u8]) -> Result<&'a [u8], AuthFailure> {
+    match open_any(key, datagram)? {
+        (Channel::Swim, payload) => Ok(payload),
+        (Channel::State, _) => Err(AuthFailure::BadMagic),
+    }
+}
+
+/// The channel and payload of an authenticated datagram, or why it is refused.
+pub fn open_any<'a>(
+    key: &GossipKey,
+    datagram: &'a [u8],
+) -> Result<(Channel, &'a [u8]), AuthFailure> {
     if datagram.len() < MAGIC.len() + TAG_LEN {
         return Err(AuthFailure::TooShort);
     }
     let (body, tag) = datagram.split_at(datagram.len() - TAG_LEN);
-    if !body.starts_with(MAGIC) {
+    let channel = if body.starts_with(MAGIC) {
+        Channel::Swim
+    } else if body.starts_with(STATE_MAGIC) {
+        Channel::State
+    } else {
         return Err(AuthFailure::BadMagic);
-    }
+    };
     let mut mac = key.mac();
     mac.update(body);
     mac.verify_slice(tag).map_err(|_| AuthFailure::BadTag)?;
-    Ok(&body[MAGIC.len()..])
+    Ok((channel, &body[MAGIC.len()..]))
 }
 
 #[cfg(test)]
@@ -132,6 +175,17 @@ mod tests {
         let mut m = k.mac();
         m.update(b"FLB1x");
         assert_eq!(&d[5..], &m.finalize().into_bytes()[..]);
+    }
+
+    #[test]
+    fn a_state_datagram_opens_on_its_own_channel_only() {
+        let d = seal_on(&key(1), Channel::State, b"st");
+        assert_eq!(open_any(&key(1), &d), Ok((Channel::State, &b"st"[..])));
+        assert_eq!(open(&key(1), &d), Err(AuthFailure::BadMagic));
+        // The channel is covered by the tag: relabelling a state datagram as SWIM breaks it.
+        let mut relabelled = d.clone();
+        relabelled[..4].copy_from_slice(MAGIC);
+        assert_eq!(open_any(&key(1), &relabelled), Err(AuthFailure::BadTag));
     }
 
     #[test]

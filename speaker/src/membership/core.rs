@@ -1,10 +1,10 @@
-//! SWIM membership core: the `foca` state machine behind an authenticated datagram layer, and
-//! bounded joins. Pure: no I/O, no clock (timers are outputs,
+//! SWIM membership core: the `foca` state machine behind an authenticated datagram layer,
+//! bounded joins, and per-member states. Pure: no I/O, no clock (timers are outputs,
 //! randomness comes from a seed).
 //!
-//! Every datagram leaves through [`auth::seal`] and enters through [`auth::open`]; foca never
-//! sees bytes that fail authentication, so a forged message cannot change membership. Failures
-//! are counted per [`AuthFailure`].
+//! Every datagram leaves through [`auth::seal_on`] and enters through [`auth::open_any`]; foca
+//! never sees bytes that fail authentication, so a forged message cannot change membership.
+//! Failures are counted per [`AuthFailure`].
 //!
 //! # Joining
 //! [`Membership::join`] is given every speaker of the cluster, again and again (the shell
@@ -22,9 +22,14 @@
 //! Partitions heal through foca's periodic announces (to one live member and to two members
 //! it holds down, every `announce_every`) and through the join rounds, which keep announcing to
 //! seeds that are not live.
+//!
+//! # States
+//! See [`super::states`]: [`Membership::set_local_state`] publishes, [`Membership::states`]
+//! reads what the live members published.
 
-use super::auth::{self, AuthFailure, GossipKey};
-use foca::{Foca, NoCustomBroadcast, Notification, PostcardCodec, Runtime};
+use super::auth::{self, AuthFailure, Channel, GossipKey};
+use super::states::{MAX_NODE_LEN, MAX_STATE_LEN, SharedTable, StateHandler, StateItem};
+use foca::{Foca, Notification, PostcardCodec, Runtime};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
@@ -82,7 +87,8 @@ pub struct MembershipConfig {
     /// How often updates are pushed to a few members besides probe piggybacking.
     pub gossip_every: Duration,
     /// How often to announce to a known member (heals partitions, finds returning members);
-    /// also the join period (one round of at most [`JOIN_FANOUT`] announces to missing seeds).
+    /// also the join period (one round of at most [`JOIN_FANOUT`] announces to missing seeds)
+    /// and how often a member pushes its state to one random member.
     pub announce_every: Duration,
 }
 
@@ -136,6 +142,8 @@ enum TimerKind {
     Swim(foca::Timer<SpeakerId>),
     /// The join period is over: announce to missing seeds again if there are any.
     Join,
+    /// Push this member's state to one random member.
+    StateRefresh,
 }
 
 /// What the shell must do.
@@ -157,6 +165,30 @@ pub enum Output {
     },
     /// The set of live nodes may have changed: read [`Membership::live_nodes`].
     MembersChanged,
+    /// The states of live members may have changed: read [`Membership::states`].
+    StatesChanged,
+}
+
+/// Why [`Membership::set_local_state`] refused a state.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// Larger than [`MAX_STATE_LEN`].
+    #[error(
+        "a member state holds at most {max} bytes, this one {len}; publish a smaller value \
+         (the previous state stays published)"
+    )]
+    TooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// [`MAX_STATE_LEN`].
+        max: usize,
+    },
+    /// This member's node name cannot travel in a state item (1 to 253 bytes).
+    #[error("the node name is {len} bytes long; a member state needs a name of 1 to 253 bytes")]
+    NodeName {
+        /// Length of the node name.
+        len: usize,
+    },
 }
 
 /// Counters of the membership core.
@@ -168,7 +200,7 @@ pub struct MembershipCounters {
     pub sent: u64,
     /// Datagrams refused by authentication, per reason.
     pub auth_failures: BTreeMap<AuthFailure, u64>,
-    /// Authenticated datagrams foca could not use (decode or protocol error).
+    /// Authenticated datagrams that could not be used (decode or protocol error).
     pub protocol_errors: u64,
     /// Members this member saw go from live to down.
     pub declared_down: u64,
@@ -184,13 +216,17 @@ impl MembershipCounters {
     }
 }
 
-/// Collects foca's requests as [`Output`]s, and what the core counts.
+/// Collects foca's requests as [`Output`]s, and what the core must react to.
 struct Collect<'a> {
     key: &'a GossipKey,
+    table: &'a SharedTable,
     out: Vec<Output>,
     sent: u64,
     declared_down: u64,
+    /// Members that came up (or replaced their former self): they need our state.
+    came_up: Vec<SpeakerId>,
     rejoined: bool,
+    states_changed: bool,
 }
 
 impl Collect<'_> {
@@ -199,16 +235,33 @@ impl Collect<'_> {
             self.out.push(Output::MembersChanged);
         }
     }
+
+    /// A state of `node` may have been shown or hidden.
+    fn liveness_of(&mut self, node: &str) {
+        if !self.states_changed && self.table.with(|t| t.get(node).is_some()) {
+            self.states_changed = true;
+        }
+    }
 }
 
 impl Runtime<SpeakerId> for Collect<'_> {
     fn notify(&mut self, notification: Notification<'_, SpeakerId>) {
         match notification {
-            Notification::MemberDown(_) => {
-                self.declared_down += 1;
+            Notification::MemberUp(id) => {
+                self.came_up.push(id.clone());
+                self.liveness_of(&id.node);
                 self.members_changed();
             }
-            Notification::MemberUp(_) | Notification::Rename(..) => self.members_changed(),
+            Notification::MemberDown(id) => {
+                self.declared_down += 1;
+                self.liveness_of(&id.node);
+                self.members_changed();
+            }
+            Notification::Rename(_, new) => {
+                self.came_up.push(new.clone());
+                self.liveness_of(&new.node);
+                self.members_changed();
+            }
             Notification::Rejoin(_) => {
                 self.rejoined = true;
                 self.members_changed();
@@ -234,32 +287,41 @@ impl Runtime<SpeakerId> for Collect<'_> {
     }
 }
 
-type Swim = Foca<SpeakerId, PostcardCodec, StdRng, NoCustomBroadcast>;
+type Swim = Foca<SpeakerId, PostcardCodec, StdRng, StateHandler>;
 
 /// One speaker's membership state.
 pub struct Membership {
     swim: Swim,
     key: GossipKey,
     counters: MembershipCounters,
-    /// Picks join targets (foca has its own).
+    /// Picks join targets and state refresh targets (foca has its own).
     rng: StdRng,
-    /// The join period.
+    /// Join rounds and state refreshes.
     period: Duration,
     /// The latest seeds given to [`Membership::join`].
     seeds: Vec<(String, SocketAddr)>,
     /// A join round ran less than one period ago.
     join_waiting: bool,
+    /// The newest state of every node, shared with foca's broadcast handler.
+    table: SharedTable,
+    /// What this member publishes, and its version (0: never published).
+    local_state: Vec<u8>,
+    local_version: u64,
+    /// A state refresh is scheduled (from the first publication on).
+    refresh_waiting: bool,
 }
 
 impl Membership {
     /// A member that knows nobody yet. `seed` drives the random choices (foca's and the
     /// core's).
     pub fn new(me: SpeakerId, key: GossipKey, config: &MembershipConfig, seed: u64) -> Self {
-        let swim = Foca::new(
+        let table = SharedTable::default();
+        let swim = Foca::with_custom_broadcast(
             me,
             config.to_foca(),
             StdRng::seed_from_u64(seed),
             PostcardCodec,
+            StateHandler(table.clone()),
         );
         Membership {
             swim,
@@ -269,24 +331,59 @@ impl Membership {
             period: config.announce_every,
             seeds: Vec::new(),
             join_waiting: false,
+            table,
+            local_state: Vec::new(),
+            local_version: 0,
+            refresh_waiting: false,
         }
     }
 
     fn collect(&mut self, f: impl FnOnce(&mut Swim, &mut Collect<'_>) -> bool) -> Vec<Output> {
         let mut rt = Collect {
             key: &self.key,
+            table: &self.table,
             out: Vec::new(),
             sent: 0,
             declared_down: 0,
+            came_up: Vec::new(),
             rejoined: false,
+            states_changed: false,
         };
         if !f(&mut self.swim, &mut rt) {
             self.counters.protocol_errors += 1;
         }
-        self.counters.sent += rt.sent;
-        self.counters.declared_down += rt.declared_down;
-        self.counters.rejoined += u64::from(rt.rejoined);
-        rt.out
+        let Collect {
+            mut out,
+            sent,
+            declared_down,
+            came_up,
+            rejoined,
+            states_changed,
+            ..
+        } = rt;
+        self.counters.sent += sent;
+        self.counters.declared_down += declared_down;
+        // Read before `publish`, which clears the flag for our own record.
+        let table_changed = self.table.with(|t| t.take_changed());
+        if rejoined {
+            // Our generation changed: what we published under the former one is hidden now.
+            self.counters.rejoined += 1;
+            self.publish();
+        }
+        if !self.local_state.is_empty() && !came_up.is_empty() {
+            let datagram = self.state_datagram();
+            for id in came_up {
+                self.counters.sent += 1;
+                out.push(Output::Send {
+                    to: id.addr,
+                    datagram: datagram.clone(),
+                });
+            }
+        }
+        if (table_changed || states_changed) && !out.contains(&Output::StatesChanged) {
+            out.push(Output::StatesChanged);
+        }
+        out
     }
 
     /// Gives this member the seeds (node name and gossip address, from the speaker Pods); an
@@ -316,7 +413,6 @@ impl Membership {
             .seeds
             .iter()
             .filter(|(_, a)| *a != me && !live.contains(a))
-            .into_iter()
             .choose_multiple(&mut self.rng, JOIN_FANOUT)
             .into_iter()
             .map(|(node, addr)| SpeakerId {
@@ -344,17 +440,95 @@ impl Membership {
         out
     }
 
+    /// Publishes `state` (opaque, at most [`MAX_STATE_LEN`] bytes) to every member, replacing
+    /// what this member published before; an empty state withdraws it. The same state again
+    /// costs nothing.
+    pub fn set_local_state(&mut self, state: Vec<u8>) -> Result<Vec<Output>, StateError> {
+        if state.len() > MAX_STATE_LEN {
+            return Err(StateError::TooLarge {
+                len: state.len(),
+                max: MAX_STATE_LEN,
+            });
+        }
+        let node = &self.swim.identity().node;
+        if !node_fits(node) {
+            return Err(StateError::NodeName { len: node.len() });
+        }
+        if state == self.local_state {
+            return Ok(Vec::new());
+        }
+        self.local_state = state;
+        self.local_version += 1;
+        self.publish();
+        let mut out = vec![Output::StatesChanged];
+        if !self.refresh_waiting {
+            self.refresh_waiting = true;
+            out.push(Output::After {
+                delay: self.period,
+                timer: Timer(TimerKind::StateRefresh),
+            });
+        }
+        Ok(out)
+    }
+
+    fn local_item(&self) -> StateItem {
+        let me = self.swim.identity();
+        StateItem {
+            node: me.node.clone(),
+            generation: me.generation,
+            version: self.local_version,
+            state: self.local_state.clone(),
+        }
+    }
+
+    fn state_datagram(&self) -> Vec<u8> {
+        auth::seal_on(&self.key, Channel::State, &self.local_item().encode())
+    }
+
+    /// Hands the current local state to foca for dissemination.
+    fn publish(&mut self) {
+        if self.local_version == 0 || !node_fits(&self.swim.identity().node) {
+            return;
+        }
+        let item = self.local_item().encode();
+        if self.swim.add_broadcast(&item).is_err() {
+            self.counters.protocol_errors += 1;
+        }
+        // Our own state is read from `local_state`, not from the table.
+        self.table.with(|t| t.take_changed());
+    }
+
     /// Handles one received datagram; unauthenticated ones are counted and ignored.
     pub fn handle_datagram(&mut self, datagram: &[u8]) -> Vec<Output> {
         self.counters.received += 1;
-        let payload = match auth::open(&self.key, datagram) {
-            Ok(p) => p.to_vec(),
+        match auth::open_any(&self.key, datagram) {
+            Ok((Channel::Swim, p)) => {
+                let payload = p.to_vec();
+                self.collect(|swim, rt| swim.handle_data(&payload, &mut *rt).is_ok())
+            }
+            Ok((Channel::State, p)) => match StateItem::decode(p) {
+                Ok(item) if item.node != self.swim.identity().node => {
+                    if self.table.with(|t| {
+                        let news = t.offer(item);
+                        t.take_changed();
+                        news
+                    }) {
+                        vec![Output::StatesChanged]
+                    } else {
+                        Vec::new()
+                    }
+                }
+                Ok(_) => Vec::new(),
+                Err(_) => {
+                    self.counters.protocol_errors += 1;
+                    Vec::new()
+                }
+            },
             Err(why) => {
                 *self.counters.auth_failures.entry(why).or_default() += 1;
-                return Vec::new();
+                Vec::new()
             }
-        };
-        self.collect(|swim, rt| swim.handle_data(&payload, &mut *rt).is_ok())
+        }
     }
 
     /// Handles a timer that came due.
@@ -364,6 +538,28 @@ impl Membership {
             TimerKind::Join => {
                 self.join_waiting = false;
                 self.join_round()
+            }
+            TimerKind::StateRefresh => {
+                // Repairs a member that missed every broadcast of the current state (a
+                // withdrawal included), one random member per period.
+                let mut out = Vec::new();
+                if let Some(to) = self
+                    .swim
+                    .iter_members()
+                    .choose(&mut self.rng)
+                    .map(|m| m.id().addr)
+                {
+                    self.counters.sent += 1;
+                    out.push(Output::Send {
+                        to,
+                        datagram: self.state_datagram(),
+                    });
+                }
+                out.push(Output::After {
+                    delay: self.period,
+                    timer: Timer(TimerKind::StateRefresh),
+                });
+                out
             }
         }
     }
@@ -387,6 +583,27 @@ impl Membership {
         self.swim.identity().node == node || self.swim.iter_members().any(|m| m.id().node == node)
     }
 
+    /// The non-empty states published by live members (this one included), by node. A
+    /// state shows only while the member that published it (that very generation) is live.
+    pub fn states(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        self.table.with(|t| {
+            for m in self.swim.iter_members() {
+                let id = m.id();
+                if let Some(r) = t.get(&id.node)
+                    && r.generation == id.generation
+                    && !r.state.is_empty()
+                {
+                    out.insert(id.node.clone(), r.state.clone());
+                }
+            }
+        });
+        if !self.local_state.is_empty() {
+            out.insert(self.swim.identity().node.clone(), self.local_state.clone());
+        }
+        out
+    }
+
     /// This member's identity (its generation grows when it rejoins after being declared
     /// down).
     pub fn me(&self) -> &SpeakerId {
@@ -397,4 +614,9 @@ impl Membership {
     pub fn counters(&self) -> &MembershipCounters {
         &self.counters
     }
+}
+
+/// Whether a node name fits a state item (a Kubernetes node name always does).
+fn node_fits(node: &str) -> bool {
+    (1..=MAX_NODE_LEN).contains(&node.len())
 }

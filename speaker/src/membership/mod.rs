@@ -3,11 +3,12 @@
 //!
 //! # Layout
 //! - [`auth`]: HMAC-SHA256 framing of datagrams. Pure.
-//! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing, bounded joins.
-//!   Pure: timers are outputs, randomness comes from a seed.
+//! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing, bounded joins,
+//!   per-member states. Pure: timers are outputs, randomness comes from a seed.
+//! - [`states`]: the states members publish to each other (foca custom broadcasts). Pure.
 //! - [`sim`]: many cores on a simulated network with virtual time, for tests. Pure.
 //! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
-//! - [`udp`]: the tokio shell: one UDP socket, timers, a watch of live nodes.
+//! - [`udp`]: the tokio shell: one UDP socket, timers, watches of live nodes and their states.
 //!
 //! Seeds come from the speaker Pods (`status.podIP`, `spec.nodeName`). When gossip cannot run
 //! at all (no key, the port cannot be bound), the caller falls back to the Kubernetes view
@@ -16,11 +17,15 @@ pub mod auth;
 pub mod core;
 pub mod seeds;
 pub mod sim;
+pub mod states;
 pub mod udp;
 
 pub use auth::{AuthFailure, GossipKey};
-pub use core::{JOIN_FANOUT, Membership, MembershipConfig, MembershipCounters, Output, SpeakerId};
-pub use udp::{Gossip, MembershipError};
+pub use core::{
+    JOIN_FANOUT, Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError,
+};
+pub use states::MAX_STATE_LEN;
+pub use udp::{Gossip, MembershipError, States};
 
 #[cfg(test)]
 mod tests;

@@ -48,6 +48,8 @@ impl Default for NetConfig {
 pub enum Change {
     /// [`Output::MembersChanged`].
     Members,
+    /// [`Output::StatesChanged`].
+    States,
 }
 
 enum Event {
@@ -309,6 +311,7 @@ impl Cluster {
                     );
                 }
                 Output::MembersChanged => self.changes.push((from, Change::Members)),
+                Output::StatesChanged => self.changes.push((from, Change::States)),
             }
         }
     }

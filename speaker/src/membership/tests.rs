@@ -1,10 +1,12 @@
 //! The membership core alone and on the simulated network of [`super::sim`]: virtual time,
 //! 0.2–1 ms latency, members that can be killed, restarted or partitioned.
 
-use super::auth::{self, AuthFailure, GossipKey};
-use super::core::{JOIN_FANOUT, Membership, MembershipConfig, Output, SpeakerId};
+use super::auth::{self, AuthFailure, Channel, GossipKey};
+use super::core::{JOIN_FANOUT, Membership, MembershipConfig, Output, SpeakerId, StateError};
 use super::sim::{Cluster, NetConfig};
-use std::collections::BTreeSet;
+use super::states::{MAX_STATE_LEN, StateDecodeError, StateItem};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -38,6 +40,10 @@ fn live(c: &Cluster, i: usize) -> BTreeSet<String> {
     c.member(i).unwrap().live_nodes()
 }
 
+fn states(c: &Cluster, i: usize) -> BTreeMap<String, Vec<u8>> {
+    c.member(i).unwrap().states()
+}
+
 /// Runs in steps of 10 ms until `done` holds, for at most `limit`; the time it took.
 fn time_until(
     c: &mut Cluster,
@@ -64,6 +70,11 @@ fn until_views(
     limit: Duration,
 ) -> Option<Duration> {
     time_until(c, limit, |c| who.iter().all(|i| live(c, *i) == *want))
+}
+
+fn set_state(c: &mut Cluster, i: usize, state: &[u8]) {
+    c.with_member(i, |m| ((), m.set_local_state(state.to_vec()).unwrap()))
+        .unwrap();
 }
 
 /// A member that is not part of any simulated cluster.
@@ -190,7 +201,10 @@ fn a_speaker_with_the_wrong_key_or_no_key_changes_nobodys_view() {
 #[test]
 fn an_authenticated_but_undecodable_datagram_is_counted_as_a_protocol_error() {
     let mut m = lone("node-0", 1);
-    for junk in [auth::seal(&key(7), &[0xff; 10])] {
+    for junk in [
+        auth::seal(&key(7), &[0xff; 10]),
+        auth::seal_on(&key(7), Channel::State, &[0xff; 10]),
+    ] {
         let before = m.counters().protocol_errors;
         let out = m.handle_datagram(&junk);
         assert!(out.is_empty());
@@ -352,4 +366,282 @@ fn a_partition_heals_once_the_network_does() {
         "views: {:?}",
         all.iter().map(|i| live(&c, *i)).collect::<Vec<_>>()
     );
+}
+
+// ---- states ----
+
+#[test]
+fn a_state_set_on_one_member_reaches_all_twenty_members() {
+    let mut c = cluster(20);
+    time_until(&mut c, ms(10_000), |c| {
+        (0..20).all(|i| c.member(i).unwrap().live_count() == 20)
+    })
+    .unwrap();
+    set_state(&mut c, 7, b"10.0.0.7 cannot answer");
+    let want = BTreeMap::from([("node-7".to_string(), b"10.0.0.7 cannot answer".to_vec())]);
+    let t = time_until(&mut c, ms(2_000), |c| (0..20).all(|i| states(c, i) == want));
+    assert!(
+        t.is_some(),
+        "{:?}",
+        (0..20).map(|i| states(&c, i)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_newer_state_replaces_the_older_one_on_every_member() {
+    let mut c = cluster(20);
+    time_until(&mut c, ms(10_000), |c| {
+        (0..20).all(|i| c.member(i).unwrap().live_count() == 20)
+    })
+    .unwrap();
+    set_state(&mut c, 3, b"joining");
+    time_until(&mut c, ms(2_000), |c| {
+        (0..20).all(|i| states(c, i).contains_key("node-3"))
+    })
+    .unwrap();
+    set_state(&mut c, 3, b"ready");
+    let t = time_until(&mut c, ms(2_000), |c| {
+        (0..20).all(|i| states(c, i).get("node-3").map(Vec::as_slice) == Some(b"ready"))
+    });
+    assert!(t.is_some());
+    // An empty state withdraws it.
+    set_state(&mut c, 3, b"");
+    let t = time_until(&mut c, ms(2_000), |c| {
+        (0..20).all(|i| states(c, i).is_empty())
+    });
+    assert!(t.is_some());
+}
+
+#[test]
+fn the_state_of_a_member_that_went_down_is_gone() {
+    let mut c = cluster(20);
+    time_until(&mut c, ms(10_000), |c| {
+        (0..20).all(|i| c.member(i).unwrap().live_count() == 20)
+    })
+    .unwrap();
+    set_state(&mut c, 5, b"leaving");
+    set_state(&mut c, 6, b"ready");
+    time_until(&mut c, ms(2_000), |c| {
+        (0..20).all(|i| states(c, i).len() == 2)
+    })
+    .unwrap();
+    c.kill(5);
+    let survivors: Vec<usize> = (0..20).filter(|i| *i != 5).collect();
+    let want = BTreeMap::from([("node-6".to_string(), b"ready".to_vec())]);
+    let t = time_until(&mut c, ms(5_000), |c| {
+        survivors.iter().all(|i| states(c, *i) == want)
+    });
+    assert!(
+        t.is_some(),
+        "{:?}",
+        survivors.iter().map(|i| states(&c, *i)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_member_that_comes_up_later_learns_the_states_published_before() {
+    let mut c = Cluster::new(
+        10,
+        MembershipConfig::default(),
+        key(7),
+        NetConfig::default(),
+    );
+    let seeds = c.seeds();
+    for i in 0..9 {
+        c.start(i, 1, &seeds);
+    }
+    time_until(&mut c, ms(10_000), |c| {
+        (0..9).all(|i| c.member(i).unwrap().live_count() == 9)
+    })
+    .unwrap();
+    for i in 0..9 {
+        set_state(&mut c, i, format!("state of {i}").as_bytes());
+    }
+    // Long after the broadcasts were spread.
+    c.run_for(ms(10_000), |_, _, _, _| {});
+    c.start(9, 1, &seeds);
+    let t = time_until(&mut c, ms(5_000), |c| states(c, 9).len() == 9);
+    assert!(t.is_some(), "{:?}", states(&c, 9));
+}
+
+#[test]
+fn a_restarted_member_replaces_the_state_of_its_former_self() {
+    let mut c = cluster(5);
+    time_until(&mut c, ms(10_000), |c| {
+        (0..5).all(|i| c.member(i).unwrap().live_count() == 5)
+    })
+    .unwrap();
+    set_state(&mut c, 4, b"old self");
+    time_until(&mut c, ms(2_000), |c| {
+        (0..5).all(|i| states(c, i).len() == 1)
+    })
+    .unwrap();
+    // Restarted at once (its former self not yet declared down): its version starts again at 1.
+    let seeds = c.seeds();
+    c.kill(4);
+    c.start(4, 2, &seeds);
+    let others = [0, 1, 2, 3];
+    let t = time_until(&mut c, ms(5_000), |c| {
+        others
+            .iter()
+            .all(|i| c.member(*i).unwrap().states().is_empty() && live(c, *i).contains("node-4"))
+    });
+    assert!(
+        t.is_some(),
+        "the former self's state is hidden once the new self is up"
+    );
+    set_state(&mut c, 4, b"new self");
+    let t = time_until(&mut c, ms(2_000), |c| {
+        others
+            .iter()
+            .all(|i| states(c, *i).get("node-4").map(Vec::as_slice) == Some(b"new self"))
+    });
+    assert!(t.is_some());
+}
+
+#[test]
+fn a_member_that_rejoins_after_a_partition_shows_its_state_again() {
+    let mut c = cluster(6);
+    let all: Vec<usize> = (0..6).collect();
+    until_views(&mut c, &all, &names(&all), ms(2_000)).unwrap();
+    set_state(&mut c, 5, b"five");
+    time_until(&mut c, ms(2_000), |c| {
+        all.iter().all(|i| states(c, *i).len() == 1)
+    })
+    .unwrap();
+    c.partition(Some(vec![0, 0, 0, 0, 0, 1]));
+    until_views(
+        &mut c,
+        &[0, 1, 2, 3, 4],
+        &names(&[0, 1, 2, 3, 4]),
+        ms(5_000),
+    )
+    .unwrap();
+    c.partition(None);
+    let t = time_until(&mut c, ms(20_000), |c| {
+        all.iter()
+            .all(|i| states(c, *i).get("node-5").map(Vec::as_slice) == Some(b"five"))
+    });
+    assert!(
+        t.is_some(),
+        "{:?}",
+        all.iter().map(|i| states(&c, *i)).collect::<Vec<_>>()
+    );
+    assert!(c.member(5).unwrap().counters().rejoined >= 1);
+}
+
+#[test]
+fn a_state_of_more_than_512_bytes_is_refused_and_the_previous_one_stays() {
+    let mut m = lone("node-0", 1);
+    m.set_local_state(b"kept".to_vec()).unwrap();
+    assert_eq!(
+        m.set_local_state(vec![0; MAX_STATE_LEN + 1]),
+        Err(StateError::TooLarge { len: 513, max: 512 })
+    );
+    assert!(m.set_local_state(vec![1; MAX_STATE_LEN]).is_ok());
+    assert!(
+        m.set_local_state(vec![1; MAX_STATE_LEN])
+            .unwrap()
+            .is_empty(),
+        "same state: nothing"
+    );
+}
+
+#[test]
+fn an_older_or_replayed_state_never_undoes_a_newer_one() {
+    let item = |generation, version, state: &[u8]| {
+        auth::seal_on(
+            &key(7),
+            Channel::State,
+            &StateItem {
+                node: "node-1".into(),
+                generation,
+                version,
+                state: state.to_vec(),
+            }
+            .encode(),
+        )
+    };
+    let mut m = lone("node-0", 1);
+    assert_eq!(
+        m.handle_datagram(&item(1, 2, b"v2")),
+        vec![Output::StatesChanged]
+    );
+    assert!(m.handle_datagram(&item(1, 1, b"v1")).is_empty());
+    assert!(m.handle_datagram(&item(1, 2, b"v2")).is_empty());
+    // A later generation wins whatever its version.
+    assert_eq!(
+        m.handle_datagram(&item(2, 1, b"restarted")),
+        vec![Output::StatesChanged]
+    );
+    assert!(m.handle_datagram(&item(1, 9, b"ghost")).is_empty());
+    // node-1 is not a live member of this lone one: nothing shows.
+    assert!(m.states().is_empty());
+}
+
+// ---- the state item codec ----
+
+#[test]
+fn a_state_item_is_its_bytes() {
+    let item = StateItem {
+        node: "n1".into(),
+        generation: 0x0102,
+        version: 3,
+        state: b"ab".to_vec(),
+    };
+    let bytes = [
+        2, b'n', b'1', 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 2, b'a', b'b',
+    ];
+    assert_eq!(item.encode(), bytes);
+    assert_eq!(StateItem::decode(&bytes), Ok(item));
+}
+
+#[test]
+fn malformed_state_items_are_refused_with_their_reason() {
+    let good = StateItem {
+        node: "n".into(),
+        generation: 1,
+        version: 1,
+        state: b"x".to_vec(),
+    }
+    .encode();
+    assert_eq!(StateItem::decode(&[]), Err(StateDecodeError::Truncated));
+    assert_eq!(
+        StateItem::decode(&[0, 1, 2]),
+        Err(StateDecodeError::BadNode)
+    );
+    assert_eq!(
+        StateItem::decode(&[1, 0xff]),
+        Err(StateDecodeError::BadNode)
+    );
+    assert_eq!(
+        StateItem::decode(&good[..good.len() - 1]),
+        Err(StateDecodeError::Truncated)
+    );
+    let mut trailing = good.clone();
+    trailing.push(0);
+    assert_eq!(
+        StateItem::decode(&trailing),
+        Err(StateDecodeError::Trailing)
+    );
+    let mut long = good[..good.len() - 3].to_vec();
+    long.extend_from_slice(&513u16.to_be_bytes());
+    long.extend_from_slice(&[0; 513]);
+    assert_eq!(StateItem::decode(&long), Err(StateDecodeError::TooLong));
+}
+
+proptest! {
+    #[test]
+    fn state_items_round_trip(node in "[a-z0-9.-]{1,253}", generation: u64, version: u64, state in prop::collection::vec(any::<u8>(), 0..=MAX_STATE_LEN)) {
+        let item = StateItem { node, generation, version, state };
+        prop_assert_eq!(StateItem::decode(&item.encode()), Ok(item));
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_as_a_state_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = StateItem::decode(&bytes);
+        let mut m = lone("node-0", 1);
+        let _ = m.handle_datagram(&auth::seal_on(&key(7), Channel::State, &bytes));
+        prop_assert!(m.states().is_empty());
+    }
 }

@@ -1,22 +1,30 @@
 //! The gossip shell: one tokio task that owns a UDP socket and the membership core.
 //!
 //! ```text
-//!  socket.recv_from ─┐                       ┌─► socket.send_to
-//!  due timers ───────┼─► Membership (core) ──┼─► tokio::time::sleep ─► due timers
-//!  watch: seeds ─────┘                       └─► watch: live nodes, counters
+//!  socket.recv_from ─────┐                       ┌─► socket.send_to
+//!  due timers ───────────┤                       ├─► tokio::time::sleep ─► due timers
+//!  watch: seeds ─────────┼─► Membership (core) ──┼─► watch: live nodes
+//!  watch: local state ───┘                       ├─► watch: states of live members
+//!                                                └─► watch: counters
 //! ```
 //!
-//! Seeds are a watch, not a queue: the task reads the latest list, and a list equal to the
-//! current one does not even wake it.
+//! Seeds and the local state are watches, not queues: the task reads the latest value, and
+//! a value equal to the current one does not even wake it.
 
 use super::auth::GossipKey;
-use super::core::{Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, Timer};
-use std::collections::BTreeSet;
+use super::core::{
+    Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError, Timer,
+};
+use super::states::MAX_STATE_LEN;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+/// The states of live members, by node.
+pub type States = BTreeMap<String, Vec<u8>>;
 
 /// Largest datagram read (foca's packets stay under 1400 bytes plus framing).
 const MAX_DATAGRAM: usize = 2048;
@@ -38,8 +46,10 @@ pub enum MembershipError {
 /// A running gossip member. Dropping it stops the task (peers then declare this node down).
 pub struct Gossip {
     live: watch::Receiver<BTreeSet<String>>,
+    states: watch::Receiver<States>,
     counters: watch::Receiver<MembershipCounters>,
     seeds: watch::Sender<Vec<(String, SocketAddr)>>,
+    local_state: watch::Sender<Vec<u8>>,
     task: JoinHandle<()>,
 }
 
@@ -67,21 +77,29 @@ impl Gossip {
         let seed = generation ^ super::super::l2::election::score(&node, advertise.ip());
         let core = Membership::new(me, key, &config, seed);
         let (live_tx, live) = watch::channel(core.live_nodes());
+        let (states_tx, states) = watch::channel(core.states());
         let (counters_tx, counters) = watch::channel(MembershipCounters::default());
         let (seeds, seeds_rx) = watch::channel(Vec::new());
+        let (local_state, local_state_rx) = watch::channel(Vec::new());
         let task = tokio::spawn(run(
             core,
             socket,
-            Inputs { seeds: seeds_rx },
+            Inputs {
+                seeds: seeds_rx,
+                local_state: local_state_rx,
+            },
             Watches {
                 live: live_tx,
+                states: states_tx,
                 counters: counters_tx,
             },
         ));
         Ok(Gossip {
             live,
+            states,
             counters,
             seeds,
+            local_state,
             task,
         })
     }
@@ -104,6 +122,31 @@ impl Gossip {
         });
     }
 
+    /// Publishes this member's state (opaque, at most [`MAX_STATE_LEN`] bytes) to every
+    /// member; an empty state withdraws it. The same state again costs nothing.
+    pub fn set_local_state(&self, state: Vec<u8>) -> Result<(), StateError> {
+        if state.len() > MAX_STATE_LEN {
+            return Err(StateError::TooLarge {
+                len: state.len(),
+                max: MAX_STATE_LEN,
+            });
+        }
+        self.local_state.send_if_modified(|s| {
+            let changed = *s != state;
+            if changed {
+                *s = state;
+            }
+            changed
+        });
+        Ok(())
+    }
+
+    /// A watch of the states of live members by node (this one's included), sent only when
+    /// they change.
+    pub fn states(&self) -> watch::Receiver<States> {
+        self.states.clone()
+    }
+
     /// The counters at this moment.
     pub fn counters(&self) -> MembershipCounters {
         self.counters.borrow().clone()
@@ -118,10 +161,12 @@ impl Drop for Gossip {
 
 struct Inputs {
     seeds: watch::Receiver<Vec<(String, SocketAddr)>>,
+    local_state: watch::Receiver<Vec<u8>>,
 }
 
 struct Watches {
     live: watch::Sender<BTreeSet<String>>,
+    states: watch::Sender<States>,
     counters: watch::Sender<MembershipCounters>,
 }
 
@@ -153,6 +198,18 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
                 let peers = inputs.seeds.borrow_and_update().clone();
                 core.join(&peers)
             }
+            Ok(()) = inputs.local_state.changed() => {
+                let state = inputs.local_state.borrow_and_update().clone();
+                match core.set_local_state(state) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        // Gossip::set_local_state checks the size first; only a node name
+                        // that cannot travel gets here.
+                        tracing::warn!(error = %e, "member state not published");
+                        continue;
+                    }
+                }
+            }
         };
         for o in out {
             match o {
@@ -169,6 +226,7 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
                     });
                 }
                 Output::MembersChanged => publish(&watches.live, core.live_nodes()),
+                Output::StatesChanged => publish(&watches.states, core.states()),
             }
         }
         if watches.counters.borrow().ne(core.counters()) {
