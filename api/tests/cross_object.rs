@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use ferrolb_api::v1beta1::*;
 use ferrolb_api::validate::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ObjectMeta;
 
 fn meta(name: &str, created_s: i64) -> ObjectMeta {
     ObjectMeta {

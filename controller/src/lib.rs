@@ -13,7 +13,8 @@
 pub mod allocator;
 pub mod convert;
 pub mod error;
-pub mod events;
+/// Events on their own bounded, coalescing queue (shared with the speaker).
+pub use ferrolb_telemetry::events;
 pub mod leader;
 pub mod metrics;
 pub mod queue;

@@ -211,10 +211,15 @@ async fn main() -> anyhow::Result<()> {
         instance: Some(identity.clone()),
     };
     let events = Arc::new(EventQueue::new(events::CAPACITY));
+    let event_metrics = metrics.clone();
     tokio::spawn(
         events
             .clone()
-            .run(client.clone(), reporter, metrics.clone()),
+            .run(client.clone(), reporter, move |event, e| {
+                let e = ferrolb_controller::error::ApiCallError::from(e);
+                tracing::debug!(reason = %event.reason, error = %e, "publishing an Event failed");
+                event_metrics.api_error("event", &e);
+            }),
     );
 
     let work = async {

@@ -1,5 +1,6 @@
 //! FerroLB speaker: what to announce, layer-2 and BGP announcement, membership.
 pub mod bgp;
+pub mod cluster;
 pub mod l2;
 pub mod membership;
 pub mod planner;

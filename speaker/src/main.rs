@@ -3,34 +3,36 @@
 //! eligible node.
 //!
 //! ```text
-//!  main ─┬─ watchers (Services, EndpointSlices, Nodes, speaker Pods, ferrolb.io kinds, Secrets)
-//!        │      └─► changed ─┐
-//!        ├─ gossip (UDP, HMAC) ─► live set ─┤
-//!        ├─ telemetry::serve (/metrics /healthz /readyz)
-//!        └─ loop: on change (debounced) or every 5 s ─► Speaker::sync
+//!  main ─┬─ one watch task per kind (LoadBalancer Services, EndpointSlices, Nodes, speaker Pods,
+//!        │   ferrolb.io kinds, Secrets) ─► Cluster (stripped, indexed) ─► changed ─┐
+//!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses ─────────────────────┤
+//!        ├─ status task (StatusQueue) and Event task (EventQueue): API writes      │
+//!        ├─ telemetry::serve (/metrics /healthz /readyz)                           ▼
+//!        └─ sync loop: once every kind has listed; on change (debounced), or every 5 s for
+//!           interfaces and session metrics ─► Speaker::sync (no API call)
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
-use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
+use ferrolb_speaker::cluster::{Cluster, Scope, Update};
 use ferrolb_speaker::membership::{Gossip, GossipKey, MembershipConfig};
 use ferrolb_speaker::shell::metrics::Metrics;
-use ferrolb_speaker::shell::snapshot::{ClusterView, live_from_kubernetes, secret_bytes};
-use ferrolb_speaker::shell::{Settings, Speaker};
+use ferrolb_speaker::shell::snapshot::secret_bytes;
+use ferrolb_speaker::shell::status::{StatusQueue, StatusWriter};
+use ferrolb_speaker::shell::{Settings, Speaker, decode_unable, encode_unable};
+use ferrolb_telemetry::events::{self, EventQueue};
 use ferrolb_telemetry::{LogFormat, Readiness};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
+use futures::StreamExt;
+use kube::runtime::events::Reporter;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use tokio::sync::{Notify, watch};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Command-line flags; each can also come from the environment variable shown.
 #[derive(Parser, Debug)]
@@ -73,43 +75,10 @@ struct Args {
     /// The `spec.loadBalancerClass` handled.
     #[arg(long, env = "FERROLB_LOAD_BALANCER_CLASS", default_value = names::DEFAULT_LOAD_BALANCER_CLASS)]
     load_balancer_class: String,
-}
-
-/// The watch caches the speaker reads.
-struct Caches {
-    services: Store<Service>,
-    slices: Store<EndpointSlice>,
-    nodes: Store<Node>,
-    pods: Store<Pod>,
-    pools: Store<IPAddressPool>,
-    l2: Store<L2Advertisement>,
-    bgp: Store<BGPAdvertisement>,
-    peers: Store<BGPPeer>,
-    communities: Store<Community>,
-    secrets: Store<Secret>,
-}
-
-impl Caches {
-    fn view(&self) -> ClusterView {
-        fn all<K: Clone + Resource<DynamicType = ()> + 'static>(s: &Store<K>) -> Vec<K>
-        where
-            K::DynamicType: std::hash::Hash + Eq + Clone,
-        {
-            s.state().iter().map(|o| (**o).clone()).collect()
-        }
-        ClusterView {
-            services: all(&self.services),
-            slices: all(&self.slices),
-            nodes: all(&self.nodes),
-            speaker_pods: all(&self.pods),
-            pools: all(&self.pools),
-            l2: all(&self.l2),
-            bgp: all(&self.bgp),
-            peers: all(&self.peers),
-            communities: all(&self.communities),
-            secrets: all(&self.secrets),
-        }
-    }
+    /// Leave Services without a `loadBalancerClass` to another implementation (the controller's
+    /// flag of the same name: both binaries must agree on what FerroLB handles).
+    #[arg(long, env = "FERROLB_IGNORE_UNCLASSED")]
+    ignore_unclassed: bool,
 }
 
 #[tokio::main]
@@ -137,124 +106,152 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
 
-    let changed = Arc::new(Notify::new());
-    let ns = args.namespace.clone();
-    let speaker_pods = watcher::Config::default().labels(&format!(
-        "{}={}",
-        names::SPEAKER_POD_LABEL,
-        names::SPEAKER_POD_LABEL_VALUE
-    ));
-    let caches = Caches {
-        services: spawn_store(
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            &changed,
-        ),
-        slices: spawn_store(
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            &changed,
-        ),
-        nodes: spawn_store(
-            Api::all(client.clone()),
-            watcher::Config::default(),
-            &changed,
-        ),
-        pods: spawn_store(Api::namespaced(client.clone(), &ns), speaker_pods, &changed),
-        pools: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            watcher::Config::default(),
-            &changed,
-        ),
-        l2: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            watcher::Config::default(),
-            &changed,
-        ),
-        bgp: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            watcher::Config::default(),
-            &changed,
-        ),
-        peers: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            watcher::Config::default(),
-            &changed,
-        ),
-        communities: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            watcher::Config::default(),
-            &changed,
-        ),
-        secrets: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            watcher::Config::default(),
-            &changed,
-        ),
-    };
-    caches.services.wait_until_ready().await?;
-    caches.nodes.wait_until_ready().await?;
-    caches.pools.wait_until_ready().await?;
-    caches.pods.wait_until_ready().await?;
-    caches.secrets.wait_until_ready().await?;
-
-    let settings = Settings {
-        node: args.node_name.clone(),
-        namespace: args.namespace.clone(),
+    let cluster = Arc::new(Mutex::new(Cluster::new(Scope {
+        this_node: args.node_name.clone(),
         class: args.load_balancer_class.clone(),
-        enable_l2: args.enable_l2,
-        enable_bgp: args.enable_bgp,
-    };
+        ignore_unclassed: args.ignore_unclassed,
+    })));
+    let changed = Arc::new(Notify::new());
+    spawn_watches(&client, &args.namespace, &cluster, &changed);
+
+    let (live_tx, live_rx) = watch::channel(BTreeSet::from([args.node_name.clone()]));
+    let status = StatusQueue::new();
+    tokio::spawn(
+        StatusWriter {
+            client: client.clone(),
+            namespace: args.namespace.clone(),
+            node: args.node_name.clone(),
+            l2: args.enable_l2,
+            bgp: args.enable_bgp,
+            live: live_rx,
+            metrics: metrics.clone(),
+        }
+        .run(status.clone()),
+    );
+    let events = Arc::new(EventQueue::new(events::CAPACITY));
     let reporter = Reporter {
         controller: "ferrolb-speaker".into(),
         instance: Some(args.node_name.clone()),
     };
-    let mut speaker = Speaker::new(
-        client.clone(),
-        settings,
-        metrics.clone(),
-        Recorder::new(client.clone(), reporter),
-    );
-    ready.set(true);
+    tokio::spawn(events.clone().run(client.clone(), reporter, |event, e| {
+        debug!(reason = %event.reason, error = %e, "publishing an Event failed");
+    }));
+
+    // No answer, no announcement before every kind has listed: a partial view would elect
+    // this node for addresses whose endpoints it has not seen yet.
+    let started = Instant::now();
+    loop {
+        let unsynced = cluster.lock().expect("cluster lock").unsynced();
+        if unsynced.is_empty() {
+            break;
+        }
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {
+                info!(waiting_for = ?unsynced, after = ?started.elapsed(), "waiting for the first list of every kind");
+            }
+        }
+    }
+    info!(after = ?started.elapsed(), "every watch has listed");
+
+    let settings = Settings {
+        node: args.node_name.clone(),
+        namespace: args.namespace.clone(),
+        enable_l2: args.enable_l2,
+        enable_bgp: args.enable_bgp,
+    };
+    let mut speaker = Speaker::new(settings, metrics.clone(), status, events);
 
     let mut gossip: Option<Gossip> = None;
     let mut gossip_live: Option<watch::Receiver<BTreeSet<String>>> = None;
+    let mut gossip_states: Option<watch::Receiver<BTreeMap<String, Vec<u8>>>> = None;
+    let mut last_host_read: Option<Instant> = None;
+    let mut published_unable = BTreeSet::new();
     let run = async {
         loop {
-            let view = caches.view();
             if gossip.is_none() {
-                gossip = start_gossip(&args, &view).await;
-                gossip_live = gossip.as_ref().map(Gossip::live);
+                let inputs = gossip_inputs(&args, &cluster.lock().expect("cluster lock"));
+                if let Some((key, bind)) = inputs {
+                    gossip = start_gossip(&args, key, bind).await;
+                    gossip_live = gossip.as_ref().map(Gossip::live);
+                    gossip_states = gossip.as_ref().map(Gossip::states);
+                    cluster
+                        .lock()
+                        .expect("cluster lock")
+                        .mark_speakers_changed();
+                }
+            }
+            let t = Instant::now();
+            let (live, synced) = {
+                let mut model = cluster.lock().expect("cluster lock");
+                if let Some(g) = &gossip
+                    && model.speakers_changed()
+                {
+                    g.set_seeds(seeds(&model, &args));
+                }
+                let live = match &gossip_live {
+                    Some(rx) => rx.borrow().clone(),
+                    None => kubernetes_live(&model, &args.node_name),
+                };
+                metrics.gossip_members.set(live.len() as i64);
+                let unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = match &gossip_states {
+                    Some(rx) => rx
+                        .borrow()
+                        .iter()
+                        .filter(|(node, _)| **node != args.node_name)
+                        .map(|(node, s)| (node.clone(), decode_unable(s)))
+                        .filter(|(_, u)| !u.is_empty())
+                        .collect(),
+                    None => BTreeMap::new(),
+                };
+                let host = match last_host_read {
+                    Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
+                    _ => {
+                        last_host_read = Some(Instant::now());
+                        Some(ferrolb_speaker::l2::iface::system_interfaces())
+                    }
+                };
+                let synced = speaker.sync(&mut model, &live, &unable_elsewhere, host);
+                (live, synced)
+            };
+            if synced.decided > 0 || synced.services > 0 {
+                debug!(decided = synced.decided, services = synced.services, took = ?t.elapsed(), "synced");
             }
             if let Some(g) = &gossip {
-                g.set_seeds(seeds(&view, &args));
+                if *speaker.unable_here() != published_unable {
+                    published_unable = speaker.unable_here().clone();
+                    if let Err(e) = g.set_local_state(encode_unable(&published_unable)) {
+                        warn!(error = %e, "cannot publish the addresses this node cannot answer for");
+                    }
+                }
                 let c = g.counters();
                 ferrolb_speaker::shell::metrics::advance(
                     &metrics.gossip_auth_failures,
                     c.auth_failures_total(),
                 );
             }
-            let live = match &gossip_live {
-                Some(rx) => {
-                    let live = rx.borrow().clone();
-                    metrics.gossip_members.set(live.len() as i64);
-                    live
-                }
-                None => live_from_kubernetes(&view, &args.node_name),
-            };
-            speaker.sync(&view, live).await;
+            speaker.tick();
+            ready.set(true);
+            let _ = live_tx.send_if_modified(|v| {
+                let changed = *v != live;
+                *v = live.clone();
+                changed
+            });
             let gossip_changed = async {
-                match gossip_live.as_mut() {
-                    Some(rx) => {
-                        let _ = rx.changed().await;
+                match (gossip_live.as_mut(), gossip_states.as_mut()) {
+                    (Some(live), Some(states)) => {
+                        tokio::select! {
+                            _ = live.changed() => {}
+                            _ = states.changed() => {}
+                        }
                     }
-                    None => std::future::pending().await,
+                    _ => std::future::pending().await,
                 }
             };
             tokio::select! {
                 _ = changed.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
                 _ = gossip_changed => {}
-                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                _ = tokio::time::sleep(ferrolb_speaker::l2::REFRESH_INTERVAL) => {}
             }
         }
     };
@@ -267,13 +264,128 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts gossip once the key Secret and this node's speaker Pod address are known; until then
-/// (or if it cannot start) liveness comes from the Kubernetes view.
-async fn start_gossip(args: &Args, view: &ClusterView) -> Option<Gossip> {
-    let key = secret_bytes(&view.secrets, &args.gossip_secret, "secretkey")?;
+/// One watch task per kind, each feeding the model and waking the sync loop.
+fn spawn_watches(
+    client: &kube::Client,
+    ns: &str,
+    cluster: &Arc<Mutex<Cluster>>,
+    changed: &Arc<Notify>,
+) {
+    // Only LoadBalancer Services: the API server filters the rest (most of a cluster) out.
+    let lb = watcher::Config::default().fields("spec.type=LoadBalancer");
+    let speaker_pods = watcher::Config::default().labels(&format!(
+        "{}={}",
+        names::SPEAKER_POD_LABEL,
+        names::SPEAKER_POD_LABEL_VALUE
+    ));
+    let all = watcher::Config::default;
+    let c = client.clone();
+    spawn_watch(Api::all(c.clone()), lb, cluster, changed, Cluster::service);
+    spawn_watch(Api::all(c.clone()), all(), cluster, changed, Cluster::slice);
+    spawn_watch(Api::all(c.clone()), all(), cluster, changed, Cluster::node);
+    spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        speaker_pods,
+        cluster,
+        changed,
+        Cluster::speaker_pod,
+    );
+    spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::pool,
+    );
+    spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::l2_advertisement,
+    );
+    spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::bgp_advertisement,
+    );
+    spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::peer,
+    );
+    spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::community,
+    );
+    spawn_watch(
+        Api::namespaced(c, ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::secret,
+    );
+}
+
+/// Watches one kind: every event goes to the model (converted and stripped there, so the full
+/// object is dropped at once) and wakes the sync loop.
+fn spawn_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    cluster: &Arc<Mutex<Cluster>>,
+    changed: &Arc<Notify>,
+    apply: fn(&mut Cluster, Update<K>),
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (cluster, changed) = (cluster.clone(), changed.clone());
+    tokio::spawn(async move {
+        let stream = watcher(api, config.any_semantic()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            let update = match item {
+                Ok(watcher::Event::Init) => Update::Restart,
+                Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => Update::Apply(o),
+                Ok(watcher::Event::Delete(o)) => Update::Delete(o),
+                Ok(watcher::Event::InitDone) => Update::Synced,
+                Err(e) => {
+                    warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off");
+                    continue;
+                }
+            };
+            apply(&mut cluster.lock().expect("cluster lock"), update);
+            changed.notify_one();
+        }
+    });
+}
+
+/// The gossip key and address, once the key Secret and this node's speaker Pod address are
+/// known.
+fn gossip_inputs(args: &Args, cluster: &Cluster) -> Option<(GossipKey, SocketAddr)> {
+    let key = secret_bytes(&cluster.secret_objects(), &args.gossip_secret, "secretkey")?;
     let key = GossipKey::new(key)?;
-    let my_ip = own_pod_ip(view, &args.node_name)?;
-    let bind = SocketAddr::new(my_ip, args.gossip_port);
+    let my_ip = cluster
+        .speaker_pods()
+        .find(|p| p.node == args.node_name)
+        .and_then(|p| p.ip)?;
+    Some((key, SocketAddr::new(my_ip, args.gossip_port)))
+}
+
+/// Starts gossip; until it runs (or if it cannot) liveness comes from the Kubernetes view.
+async fn start_gossip(args: &Args, key: GossipKey, bind: SocketAddr) -> Option<Gossip> {
     match Gossip::start(
         args.node_name.clone(),
         bind,
@@ -294,35 +406,24 @@ async fn start_gossip(args: &Args, view: &ClusterView) -> Option<Gossip> {
     }
 }
 
-fn own_pod_ip(view: &ClusterView, node: &str) -> Option<IpAddr> {
-    view.speaker_pods
-        .iter()
-        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .and_then(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
+fn seeds(cluster: &Cluster, args: &Args) -> Vec<(String, SocketAddr)> {
+    let pods: Vec<_> = cluster
+        .speaker_pods()
+        .filter(|p| p.node != args.node_name)
+        .cloned()
+        .collect();
+    ferrolb_speaker::membership::seeds::seeds(&pods, args.gossip_port)
 }
 
-fn seeds(view: &ClusterView, args: &Args) -> Vec<(String, SocketAddr)> {
-    view.speaker_pods
-        .iter()
-        .filter_map(|p| {
-            let node = p.spec.as_ref()?.node_name.clone()?;
-            let ip: IpAddr = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
-            (node != args.node_name).then_some((node, SocketAddr::new(ip, args.gossip_port)))
-        })
-        .collect()
-}
-
-/// Starts a watcher feeding a reflector store; every change wakes the sync loop.
-fn spawn_store<K>(api: Api<K>, config: watcher::Config, changed: &Arc<Notify>) -> Store<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let changed = changed.clone();
-    ferrolb_telemetry::watch_store(api, config, move |_| changed.notify_one())
+/// The live speakers as Kubernetes sees them (when gossip cannot run): a Ready speaker Pod on a
+/// Ready Node; this node always counts.
+fn kubernetes_live(cluster: &Cluster, this_node: &str) -> BTreeSet<String> {
+    let ready = cluster.ready_nodes();
+    let mut live: BTreeSet<String> = cluster
+        .speaker_pods()
+        .filter(|p| p.ready && ready.contains(&p.node))
+        .map(|p| p.node.clone())
+        .collect();
+    live.insert(this_node.to_string());
+    live
 }

@@ -2,6 +2,8 @@
 //! (Prometheus text format), `/healthz` (the process serves) and `/readyz` (the binary says it is
 //! ready), the Kubernetes client they build, and how they notice they must stop.
 
+pub mod events;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

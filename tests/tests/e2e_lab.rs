@@ -213,6 +213,48 @@ fn killing_the_owners_speaker_moves_the_address_to_a_surviving_node_within_secon
 }
 
 #[test]
+fn with_the_api_server_blackholed_two_owners_killed_in_turn_each_hand_over_within_seconds() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let web = address_of(&services, "web");
+    let first = owner(&lab, web);
+    lab.wait(CONVERGE, "the owner answering the client", || {
+        (lab.ask_from_client(web).ok()? == first).then_some(())
+    })
+    .unwrap();
+    // Every node loses the API server: watches and status writes hang from now on. The first
+    // handover leaves each speaker with status writes that cannot finish; the second shows
+    // that announcing does not wait behind them.
+    for i in 0..NODE_NAMES.len() {
+        lab.set_api_reachable(i, false).unwrap();
+    }
+    let mut gone = vec![first.clone()];
+    for round in 1..=2 {
+        let victim = gone.last().unwrap().clone();
+        let killed_at = std::time::Instant::now();
+        lab.kill_speaker(Topology::node_index(&victim).unwrap());
+        let next = lab
+            .wait(Duration::from_secs(5), "another node to answer", || {
+                let answer = lab.ask_from_client(web).ok()?;
+                (!gone.contains(&answer)).then_some(answer)
+            })
+            .unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: {e}\n{}",
+                    lab.log_tail(&format!("speaker-{}.log", NODE_NAMES[2]), 30)
+                )
+            });
+        eprintln!(
+            "round {round}: {victim} killed, {next} answers after {:?} (API server blackholed)",
+            killed_at.elapsed()
+        );
+        gone.push(next);
+    }
+}
+
+#[test]
 fn killing_the_owners_speaker_moves_an_ipv6_address_too() {
     let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
         return;

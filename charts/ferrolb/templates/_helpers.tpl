@@ -75,3 +75,14 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- fail "l2.enabled and bgp.enabled are both false: the speakers would announce nothing; enable at least one" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+What FerroLB handles: the same flags for the controller and the speaker, so the speaker never
+announces an address the controller does not manage.
+*/}}
+{{- define "ferrolb.classArgs" -}}
+- --load-balancer-class={{ .Values.loadBalancerClass }}
+{{- if .Values.ignoreUnclassed }}
+- --ignore-unclassed
+{{- end }}
+{{- end }}

@@ -16,7 +16,7 @@ use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::eligibility::{NotEligible, node_may_announce, service_may_use};
-use super::input::{NodeInfo, PoolInfo, ServiceKey, Snapshot};
+use super::input::{NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot};
 use crate::bgp::config::{Advertisement, AnyCommunity, RouteAttrs};
 
 /// A `BGPAdvertisement` as the planner needs it.
@@ -102,74 +102,150 @@ pub struct BgpPlan {
     pub not_announced: BTreeMap<ServiceKey, NotEligible>,
 }
 
-/// Computes the BGP plan of `snapshot.this_node`.
+/// This node as the BGP planner needs it: whether it may announce at all and the peers whose
+/// `nodeSelectors` select it.
+#[derive(Clone, Debug)]
+pub struct BgpNode<'a> {
+    /// The node's name.
+    pub name: &'a str,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// [`node_may_announce`] of the node.
+    pub may_announce: Result<(), NotEligible>,
+    /// The peers that select it.
+    pub peers: Vec<&'a BgpPeerInfo>,
+}
+
+impl<'a> BgpNode<'a> {
+    /// `this_node` among `nodes` (a node without a Node object may announce, with no labels).
+    pub fn new(
+        this_node: &'a str,
+        nodes: &BTreeMap<String, NodeInfo>,
+        peers: &'a [BgpPeerInfo],
+    ) -> Self {
+        let node = nodes.get(this_node).cloned().unwrap_or_else(|| NodeInfo {
+            name: this_node.to_owned(),
+            ..Default::default()
+        });
+        BgpNode {
+            name: this_node,
+            may_announce: node_may_announce(&node),
+            peers: peers
+                .iter()
+                .filter(|p| ferrolb_api::selector::any_matches(&p.node_selectors, &node.labels))
+                .collect(),
+            labels: node.labels,
+        }
+    }
+}
+
+/// What one Service contributes to this node's BGP announcements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceRoutes {
+    /// (peer, prefix, attributes) for each of its addresses and each peer it goes to.
+    pub routes: Vec<(String, IpNet, RouteAttrs)>,
+    /// The peers it is announced to, or why it is not announced at all.
+    pub announced_to: Result<BTreeSet<String>, NotEligible>,
+}
+
+/// What `svc` contributes to `node`'s announcements.
+pub fn service_routes(
+    node: &BgpNode<'_>,
+    pools: &[PoolInfo],
+    advertisements: &[BgpAdvertisementInfo],
+    svc: &ServiceInfo,
+) -> ServiceRoutes {
+    let mut out = ServiceRoutes {
+        routes: Vec::new(),
+        announced_to: Err(NotEligible::NoMatchingAdvertisement),
+    };
+    if let Err(why) = node
+        .may_announce
+        .and_then(|_| service_may_use(svc, node.name))
+    {
+        out.announced_to = Err(why);
+        return out;
+    }
+    let mut announced_to = BTreeSet::new();
+    let mut why_not = NotEligible::NoMatchingAdvertisement;
+    for ip in &svc.ingress {
+        let Some(pool) = pools.iter().find(|p| p.contains(*ip)) else {
+            continue;
+        };
+        for adv in advertisements.iter().filter(|a| a.selects_pool(pool)) {
+            if !ferrolb_api::selector::any_matches(&adv.node_selectors, &node.labels) {
+                why_not = NotEligible::NodeSelectorMismatch;
+                continue;
+            }
+            let prefix = adv.prefix(*ip);
+            let attrs = adv.attrs();
+            for peer in node
+                .peers
+                .iter()
+                .filter(|p| adv.peers.is_empty() || adv.peers.contains(&p.name))
+            {
+                out.routes.push((peer.name.clone(), prefix, attrs.clone()));
+                announced_to.insert(peer.name.clone());
+            }
+        }
+    }
+    out.announced_to = if announced_to.is_empty() {
+        Err(why_not)
+    } else {
+        Ok(announced_to)
+    };
+    out
+}
+
+/// Merges the routes of several Services into one advertisement per prefix (attributes merged
+/// when several Services or advertisements give the same prefix, as with aggregation).
+pub fn merge_routes<'a>(
+    routes: impl IntoIterator<Item = (&'a IpNet, &'a RouteAttrs)>,
+) -> Vec<Advertisement> {
+    let mut merged: BTreeMap<IpNet, RouteAttrs> = BTreeMap::new();
+    for (prefix, attrs) in routes {
+        merged
+            .entry(*prefix)
+            .and_modify(|a| a.merge(attrs))
+            .or_insert_with(|| attrs.clone());
+    }
+    merged
+        .into_iter()
+        .map(|(prefix, attrs)| Advertisement { prefix, attrs })
+        .collect()
+}
+
+/// Computes the BGP plan of `snapshot.this_node` (the reference: the speaker keeps it up to date
+/// with [`super::incremental::BgpTracker`]).
 pub fn plan_bgp(
     snapshot: &Snapshot,
     advertisements: &[BgpAdvertisementInfo],
     peers: &[BgpPeerInfo],
 ) -> BgpPlan {
     let mut plan = BgpPlan::default();
-    let me = &snapshot.this_node;
-    let node = snapshot.nodes.get(me).cloned().unwrap_or_else(|| NodeInfo {
-        name: me.clone(),
-        ..Default::default()
-    });
-    let node_ok = node_may_announce(&node);
-    let my_peers: Vec<&BgpPeerInfo> = peers
+    let node = BgpNode::new(&snapshot.this_node, &snapshot.nodes, peers);
+    let mut routes: BTreeMap<String, Vec<(IpNet, RouteAttrs)>> = node
+        .peers
         .iter()
-        .filter(|p| ferrolb_api::selector::any_matches(&p.node_selectors, &node.labels))
-        .collect();
-    let mut routes: BTreeMap<String, BTreeMap<IpNet, RouteAttrs>> = my_peers
-        .iter()
-        .map(|p| (p.name.clone(), BTreeMap::new()))
+        .map(|p| (p.name.clone(), Vec::new()))
         .collect();
     for svc in &snapshot.services {
-        if let Err(why) = node_ok.and_then(|_| service_may_use(svc, me)) {
-            plan.not_announced.insert(svc.key.clone(), why);
-            continue;
+        let contribution = service_routes(&node, &snapshot.pools, advertisements, svc);
+        for (peer, prefix, attrs) in contribution.routes {
+            routes.entry(peer).or_default().push((prefix, attrs));
         }
-        let mut announced_to = BTreeSet::new();
-        let mut why_not = NotEligible::NoMatchingAdvertisement;
-        for ip in &svc.ingress {
-            let Some(pool) = snapshot.pools.iter().find(|p| p.contains(*ip)) else {
-                continue;
-            };
-            for adv in advertisements.iter().filter(|a| a.selects_pool(pool)) {
-                if !ferrolb_api::selector::any_matches(&adv.node_selectors, &node.labels) {
-                    why_not = NotEligible::NodeSelectorMismatch;
-                    continue;
-                }
-                let prefix = adv.prefix(*ip);
-                let attrs = adv.attrs();
-                for peer in my_peers
-                    .iter()
-                    .filter(|p| adv.peers.is_empty() || adv.peers.contains(&p.name))
-                {
-                    routes
-                        .entry(peer.name.clone())
-                        .or_default()
-                        .entry(prefix)
-                        .and_modify(|a| a.merge(&attrs))
-                        .or_insert_with(|| attrs.clone());
-                    announced_to.insert(peer.name.clone());
-                }
+        match contribution.announced_to {
+            Ok(peers) => {
+                plan.per_service.insert(svc.key.clone(), peers);
             }
-        }
-        if announced_to.is_empty() {
-            plan.not_announced.insert(svc.key.clone(), why_not);
-        } else {
-            plan.per_service.insert(svc.key.clone(), announced_to);
+            Err(why) => {
+                plan.not_announced.insert(svc.key.clone(), why);
+            }
         }
     }
     plan.per_peer = routes
         .into_iter()
-        .map(|(peer, prefixes)| {
-            let ads = prefixes
-                .into_iter()
-                .map(|(prefix, attrs)| Advertisement { prefix, attrs })
-                .collect();
-            (peer, ads)
-        })
+        .map(|(peer, prefixes)| (peer, merge_routes(prefixes.iter().map(|(p, a)| (p, a)))))
         .collect();
     plan
 }
@@ -226,6 +302,7 @@ mod tests {
             l2_advertisements: vec![],
             live_speakers: BTreeSet::from(["a".to_string(), "b".to_string()]),
             this_node: me.into(),
+            unable: BTreeMap::new(),
         }
     }
 

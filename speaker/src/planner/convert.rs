@@ -3,72 +3,78 @@
 use super::input::{
     EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
 };
+use crate::cluster::ServiceRec;
+use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
 use ferrolb_api::names::SERVICE_NAME_LABEL;
-use ferrolb_api::v1beta1::{IPAddressPool, L2Advertisement};
+use ferrolb_api::service::handled;
+use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
 use ferrolb_api::validate::{PoolVerdict, check_pools};
+use ferrolb_api::validate::{community_aliases, resolve_communities};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 /// The Service's key.
 pub fn service_key(svc: &Service) -> ServiceKey {
     ServiceKey::of(svc)
 }
 
-/// A Service as the planner sees it, or `None` when FerroLB does not announce it: not of type
-/// `LoadBalancer`, another `loadBalancerClass` than `handled_class`, or no ingress address.
-/// `slices` may hold every EndpointSlice of the cluster; those labelled
-/// `kubernetes.io/service-name` with this Service's name in its namespace are merged.
-pub fn service_info(
-    svc: &Service,
-    slices: &[EndpointSlice],
-    handled_class: &str,
-) -> Option<ServiceInfo> {
-    let spec = svc.spec.as_ref()?;
-    if spec.type_.as_deref() != Some("LoadBalancer") {
+/// A Service as the speaker keeps it, or `None` when FerroLB does not announce it: not handled
+/// ([`ferrolb_api::service::handled`]: type, class, `ignore_unclassed`, being deleted; the same
+/// rule as the controller's) or no ingress address.
+pub fn service_rec(svc: &Service, class: &str, ignore_unclassed: bool) -> Option<ServiceRec> {
+    if !handled(svc, class, ignore_unclassed) {
         return None;
     }
-    if spec
-        .load_balancer_class
-        .as_deref()
-        .is_some_and(|c| c != handled_class)
-    {
-        return None;
-    }
-    let mut ingress: Vec<IpAddr> = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref()?.parse().ok())
-        .collect();
+    let mut ingress = ferrolb_api::service::ingress_ips(svc);
     ingress.sort();
     ingress.dedup();
     if ingress.is_empty() {
         return None;
     }
-    let key = service_key(svc);
-    Some(ServiceInfo {
-        endpoints: endpoints_of(&key, slices),
-        local_traffic_policy: spec.external_traffic_policy.as_deref() == Some("Local"),
-        key,
+    Some(ServiceRec {
+        key: service_key(svc),
         ingress,
+        local_traffic_policy: svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.external_traffic_policy.as_deref())
+            == Some("Local"),
+        uid: svc.metadata.uid.clone(),
     })
 }
 
-/// Every endpoint of `key`'s Service, merged from all its EndpointSlices.
-pub fn endpoints_of(key: &ServiceKey, slices: &[EndpointSlice]) -> Vec<EndpointInfo> {
-    slices
+/// A Service as the planner sees it (see [`service_rec`]), with the endpoints of those of
+/// `slices` labelled `kubernetes.io/service-name` with its name in its namespace.
+pub fn service_info(
+    svc: &Service,
+    slices: &[EndpointSlice],
+    class: &str,
+    ignore_unclassed: bool,
+) -> Option<ServiceInfo> {
+    let rec = service_rec(svc, class, ignore_unclassed)?;
+    let endpoints = slices
         .iter()
         .filter(|s| {
-            s.namespace().as_deref() == Some(key.namespace.as_str())
-                && s.labels().get(SERVICE_NAME_LABEL) == Some(&key.name)
+            s.namespace().as_deref() == Some(rec.key.namespace.as_str())
+                && s.labels().get(SERVICE_NAME_LABEL) == Some(&rec.key.name)
         })
-        .flat_map(|s| s.endpoints.iter())
+        .flat_map(endpoints)
+        .collect();
+    Some(ServiceInfo {
+        key: rec.key,
+        ingress: rec.ingress,
+        local_traffic_policy: rec.local_traffic_policy,
+        endpoints,
+    })
+}
+
+/// The endpoints of one EndpointSlice.
+pub fn endpoints(slice: &EndpointSlice) -> Vec<EndpointInfo> {
+    slice
+        .endpoints
+        .iter()
         .map(|e| {
             let c = e.conditions.as_ref();
             EndpointInfo {
@@ -123,4 +129,37 @@ pub fn l2_advertisement_info(adv: &L2Advertisement) -> L2AdvertisementInfo {
         node_selectors: adv.spec.node_selectors.clone(),
         interfaces: adv.spec.interfaces.clone(),
     }
+}
+
+/// The BGP advertisements with their community aliases resolved.
+pub fn bgp_advertisements(
+    advertisements: &[BGPAdvertisement],
+    communities: &[Community],
+) -> Vec<BgpAdvertisementInfo> {
+    let aliases = community_aliases(communities).unwrap_or_default();
+    advertisements
+        .iter()
+        .map(|a| BgpAdvertisementInfo {
+            name: a.name_any(),
+            pools: a.spec.ip_address_pools.clone(),
+            pool_selectors: a.spec.ip_address_pool_selectors.clone(),
+            node_selectors: a.spec.node_selectors.clone(),
+            peers: a.spec.peers.clone(),
+            aggregation_length: a.spec.aggregation_length.unwrap_or(32).clamp(0, 32) as u8,
+            aggregation_length_v6: a.spec.aggregation_length_v6.unwrap_or(128).clamp(0, 128) as u8,
+            local_pref: a.spec.local_pref,
+            communities: resolve_communities(&a.spec.communities, &aliases),
+        })
+        .collect()
+}
+
+/// The peers as the planner sees them.
+pub fn bgp_peer_infos(peers: &[BGPPeer]) -> Vec<BgpPeerInfo> {
+    peers
+        .iter()
+        .map(|p| BgpPeerInfo {
+            name: p.name_any(),
+            node_selectors: p.spec.node_selectors.clone(),
+        })
+        .collect()
 }

@@ -22,6 +22,9 @@ pub enum NotEligible {
     NoLocalEndpoint,
     /// The Service has no usable endpoint on any node.
     NoReadyEndpoints,
+    /// The node's speaker reported that it has no usable interface for the address (missing,
+    /// down, NOARP): another node answers instead.
+    CannotAnswer,
 }
 
 impl NotEligible {
@@ -35,6 +38,7 @@ impl NotEligible {
             NotEligible::NodeSelectorMismatch => "NodeSelectorMismatch",
             NotEligible::NoLocalEndpoint => "NoLocalEndpoint",
             NotEligible::NoReadyEndpoints => "NoReadyEndpoints",
+            NotEligible::CannotAnswer => "CannotAnswer",
         }
     }
 }

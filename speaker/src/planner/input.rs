@@ -127,4 +127,6 @@ pub struct Snapshot {
     pub live_speakers: BTreeSet<String>,
     /// The node this speaker runs on.
     pub this_node: String,
+    /// Addresses nodes reported they cannot answer for (no usable interface), by node.
+    pub unable: BTreeMap<String, BTreeSet<IpAddr>>,
 }

@@ -165,6 +165,9 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
             if !snapshot.live_speakers.contains(name) {
                 return Err(NotEligible::SpeakerNotLive);
             }
+            if snapshot.unable.get(name).is_some_and(|u| u.contains(&ip)) {
+                return Err(NotEligible::CannotAnswer);
+            }
             Ok(())
         })();
         match verdict {
@@ -182,28 +185,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         out.owner = Err(NotAnnounced::NoEligibleNode);
         return out;
     };
-    out.interfaces = owner_interfaces(&advs, snapshot.nodes.get(&owner));
+    out.interfaces = super::incremental::owner_interfaces(&advs, snapshot.nodes.get(&owner));
     out.owner = Ok(owner);
     out
-}
-
-fn owner_interfaces(
-    advs: &[&L2AdvertisementInfo],
-    owner: Option<&super::input::NodeInfo>,
-) -> Interfaces {
-    let mut named = BTreeSet::new();
-    for adv in advs
-        .iter()
-        .filter(|a| owner.is_some_and(|n| a.selects_node(n)))
-    {
-        if adv.interfaces.is_empty() {
-            return Interfaces::BySubnet;
-        }
-        named.extend(adv.interfaces.iter().cloned());
-    }
-    if named.is_empty() {
-        Interfaces::BySubnet
-    } else {
-        Interfaces::Named(named)
-    }
 }

@@ -12,6 +12,7 @@
 pub mod bgp;
 pub mod convert;
 pub mod eligibility;
+pub mod incremental;
 pub mod input;
 pub mod l2;
 

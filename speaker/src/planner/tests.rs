@@ -74,6 +74,7 @@ fn cluster(this: &str, services: Vec<ServiceInfo>) -> Snapshot {
         }],
         live_speakers: NODES.iter().map(|n| (*n).to_string()).collect(),
         this_node: this.into(),
+        unable: BTreeMap::new(),
     }
 }
 
@@ -389,6 +390,7 @@ fn a_service_merges_the_endpoints_of_all_its_slices_and_ignores_others() {
         &svc,
         &slices,
         ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS,
+        false,
     )
     .unwrap();
     assert_eq!(info.key, ServiceKey::new("shop", "web"));
@@ -416,12 +418,21 @@ fn services_of_another_class_or_type_are_not_planned() {
         .unwrap()
     };
     let class = ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS;
-    assert!(service_info(&mk(serde_json::json!({"type": "LoadBalancer"})), &[], class).is_some());
+    assert!(
+        service_info(
+            &mk(serde_json::json!({"type": "LoadBalancer"})),
+            &[],
+            class,
+            false
+        )
+        .is_some()
+    );
     assert!(
         service_info(
             &mk(serde_json::json!({"type": "LoadBalancer", "loadBalancerClass": class})),
             &[],
-            class
+            class,
+            false
         )
         .is_some()
     );
@@ -429,11 +440,40 @@ fn services_of_another_class_or_type_are_not_planned() {
         service_info(
             &mk(serde_json::json!({"type": "LoadBalancer", "loadBalancerClass": "other.io/lb"})),
             &[],
-            class
+            class,
+            false
         )
         .is_none()
     );
-    assert!(service_info(&mk(serde_json::json!({"type": "ClusterIP"})), &[], class).is_none());
+    assert!(
+        service_info(
+            &mk(serde_json::json!({"type": "ClusterIP"})),
+            &[],
+            class,
+            false
+        )
+        .is_none()
+    );
+}
+
+#[test]
+fn the_speaker_skips_what_the_controller_skips_unclassed_with_the_flag_and_services_being_deleted()
+{
+    let class = ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS;
+    let unclassed: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "namespace": "d"},
+            "spec": {"type": "LoadBalancer"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "10.99.0.1"}]}}
+        }))
+        .unwrap();
+    assert!(service_info(&unclassed, &[], class, true).is_none());
+    let mut deleting = unclassed.clone();
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+        ));
+    assert!(service_info(&deleting, &[], class, false).is_none());
 }
 
 #[test]

@@ -76,6 +76,16 @@ pub struct Metrics {
     pub bgp_notifications: Family<NotificationLabels, Counter<u64, AtomicU64>>,
     /// Configuration this node could not use, by reason.
     pub config_errors: Family<ReasonLabels, Counter>,
+    /// Addresses this node was elected for but cannot answer on any interface, by reason.
+    pub l2_cannot_answer: Family<ReasonLabels, Gauge>,
+    /// Interfaces this node should answer on but cannot (down, NOARP, missing, reader failed).
+    pub l2_interface_faults: Gauge,
+    /// Services whose status objects wait to be written.
+    pub status_pending: Gauge,
+    /// Status writes that failed (each is retried with back-off).
+    pub status_write_failures: Counter,
+    /// Events dropped because the Event queue was full.
+    pub events_dropped: Counter,
 }
 
 impl Metrics {
@@ -145,6 +155,31 @@ impl Metrics {
             "config_errors",
             "Configuration this node could not use, by reason",
             self.config_errors.clone(),
+        );
+        r.register(
+            "layer2_cannot_answer_addresses",
+            "Addresses this node was elected for but has no usable interface for, by reason",
+            self.l2_cannot_answer.clone(),
+        );
+        r.register(
+            "layer2_interface_faults",
+            "Interfaces this node should answer on but cannot (down, NOARP, missing, reader failed)",
+            self.l2_interface_faults.clone(),
+        );
+        r.register(
+            "status_pending",
+            "Services whose status objects wait to be written",
+            self.status_pending.clone(),
+        );
+        r.register(
+            "status_write_failures",
+            "Status object writes that failed (retried with back-off)",
+            self.status_write_failures.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Events dropped because the Event queue was full",
+            self.events_dropped.clone(),
         );
     }
 }

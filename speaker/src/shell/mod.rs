@@ -1,38 +1,39 @@
-//! The speaker's Kubernetes shell: reads the cluster, asks the planners, drives the ARP/NDP
-//! responder and the BGP sessions, and reports who announces what.
+//! The speaker's Kubernetes shell: asks the planners what changed, drives the ARP/NDP responder
+//! and the BGP sessions, and hands status and Events to their own tasks.
 //!
 //! ```text
-//!  watch caches ─► ClusterView ─┬─► plan_l2 ─► Responder::set_owned ─► ARP/NDP on the wire
-//!  gossip live set ─────────────┤
-//!                               └─► plan_bgp ─► BgpSpeaker::set_peers / set_advertisements
-//!                 Speaker::sync ──► ServiceL2Status / ServiceBGPStatus, Events, metrics
+//!  Cluster (watch events) ─► take_changes ─┬─► L2Tracker ─► Responder::set_owned ─► ARP/NDP
+//!  gossip live set, unable addresses ──────┤
+//!                                          └─► BgpTracker ─► BgpSpeaker::set_advertisements
+//!                  Speaker::sync ──► StatusQueue (status task), EventQueue (Event task), metrics
 //! ```
 //!
-//! `sync` is level-triggered and idempotent: the caller runs it on every change and every few
-//! seconds; it only touches the responder, the sessions and the API when something differs.
+//! `sync` never waits on the API server: it reads the in-memory model and pushes status and
+//! Events onto bounded, coalescing queues that other tasks drain. Its work is proportional to
+//! what changed since the previous call.
 
 pub mod metrics;
 pub mod snapshot;
 pub mod status;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use ferrolb_api::v1beta1::{ServiceBGPStatus, ServiceL2Status};
-use k8s_openapi::api::core::v1::Service;
-use kube::Client;
-use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
+use ferrolb_telemetry::events::{EventQueue, Pushed};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType};
 use tracing::{info, warn};
 
 use crate::bgp::config::{Advertisement, PeerConfig, PeerId};
 use crate::bgp::{BgpSpeaker, State};
-use crate::l2::iface;
+use crate::cluster::{Changes, Cluster};
+use crate::l2::iface::{self, InterfaceInfo};
 use crate::l2::responder::Responder;
-use crate::planner::bgp::plan_bgp;
-use crate::planner::{ServiceKey, plan_l2};
+use crate::planner::ServiceKey;
+use crate::planner::incremental::{BgpTracker, L2Tracker, Unable};
 use metrics::{AnnouncedLabels, Metrics, NotificationLabels, PeerLabels, ReasonLabels, advance};
-use snapshot::ClusterView;
+use status::{Desired, StatusQueue};
 
 /// What the operator configured.
 #[derive(Debug, Clone)]
@@ -41,120 +42,282 @@ pub struct Settings {
     pub node: String,
     /// The install namespace.
     pub namespace: String,
-    /// The `loadBalancerClass` handled.
-    pub class: String,
     /// Answer ARP/NDP.
     pub enable_l2: bool,
     /// Run BGP sessions.
     pub enable_bgp: bool,
 }
 
+/// What one [`Speaker::sync`] did, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Addresses decided again.
+    pub decided: usize,
+    /// Services whose status was queued.
+    pub services: usize,
+    /// This node's owned addresses changed.
+    pub owned_changed: bool,
+    /// This node's set of addresses it cannot answer for changed (publish it over gossip).
+    pub unable_changed: bool,
+}
+
 /// The speaker's state between syncs.
 pub struct Speaker {
-    client: Client,
     settings: Settings,
     metrics: Metrics,
-    recorder: Recorder,
     responder: Option<Responder>,
     bgp: Option<BgpSpeaker>,
-    owned: BTreeMap<IpAddr, Vec<String>>,
+    l2: L2Tracker,
+    routes: BgpTracker,
+    host: Vec<InterfaceInfo>,
+    answering: BTreeMap<IpAddr, Vec<String>>,
+    unable_here: BTreeSet<IpAddr>,
+    unable_reasons: BTreeMap<IpAddr, &'static str>,
+    cannot_answer_labels: BTreeSet<&'static str>,
+    interface_faults: BTreeMap<String, String>,
+    open_interfaces: BTreeMap<String, crate::l2::OpenInterface>,
     peers: Vec<PeerConfig>,
     advertised: BTreeMap<String, Vec<Advertisement>>,
-    l2_status: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceL2StatusStatus>,
-    bgp_status: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceBGPStatusStatus>,
-    status_dirty: bool,
-    announced: BTreeSet<AnnouncedLabels>,
+    l2_announcing: BTreeSet<ServiceKey>,
+    announced: HashMap<ServiceKey, BTreeSet<AnnouncedLabels>>,
     live: BTreeSet<String>,
+    status: Arc<StatusQueue>,
+    events: Arc<EventQueue>,
 }
 
 impl Speaker {
     /// A speaker that announces nothing yet. Opening the responder needs raw-socket rights
     /// (`NET_RAW`), which a speaker without `--enable-l2` does not ask for.
-    pub fn new(client: Client, settings: Settings, metrics: Metrics, recorder: Recorder) -> Self {
+    pub fn new(
+        settings: Settings,
+        metrics: Metrics,
+        status: Arc<StatusQueue>,
+        events: Arc<EventQueue>,
+    ) -> Self {
         let responder = settings.enable_l2.then(Responder::new);
         let bgp = settings.enable_bgp.then(BgpSpeaker::new);
         Self {
-            client,
             settings,
             metrics,
-            recorder,
             responder,
             bgp,
-            owned: BTreeMap::new(),
+            l2: L2Tracker::new(),
+            routes: BgpTracker::new(),
+            host: Vec::new(),
+            answering: BTreeMap::new(),
+            unable_here: BTreeSet::new(),
+            unable_reasons: BTreeMap::new(),
+            cannot_answer_labels: BTreeSet::new(),
+            interface_faults: BTreeMap::new(),
+            open_interfaces: BTreeMap::new(),
             peers: Vec::new(),
             advertised: BTreeMap::new(),
-            l2_status: BTreeMap::new(),
-            bgp_status: BTreeMap::new(),
-            status_dirty: true,
-            announced: BTreeSet::new(),
+            l2_announcing: BTreeSet::new(),
+            announced: HashMap::new(),
             live: BTreeSet::new(),
+            status,
+            events,
         }
     }
 
-    /// Brings announcements, sessions and status in line with `view` and the live speakers.
-    pub async fn sync(&mut self, view: &ClusterView, live: BTreeSet<String>) {
-        let live_changed = live != self.live;
+    /// The addresses this node was elected for but cannot answer for (to publish over gossip).
+    pub fn unable_here(&self) -> &BTreeSet<IpAddr> {
+        &self.unable_here
+    }
+
+    /// Brings announcements in line with `cluster`, the live speakers and what other nodes
+    /// reported they cannot answer for. `host` is the host's interfaces when the caller read
+    /// them again (every few seconds), `None` otherwise.
+    pub fn sync(
+        &mut self,
+        cluster: &mut Cluster,
+        live: &BTreeSet<String>,
+        unable_elsewhere: &Unable,
+        host: Option<Vec<InterfaceInfo>>,
+    ) -> Synced {
+        let changes = cluster.take_changes();
+        let live_changed = *live != self.live;
         self.live = live.clone();
-        let s = &self.settings;
-        let snap = snapshot::snapshot(view, &s.node, &s.class, live);
-        let mut l2_status = BTreeMap::new();
-        let mut announced = BTreeSet::new();
-        if let Some(responder) = &self.responder {
-            let plan = plan_l2(&snap);
-            let host = iface::system_interfaces();
-            let owned: BTreeMap<IpAddr, Vec<String>> = plan
-                .owned
-                .iter()
-                .map(|(ip, wanted)| (*ip, iface::choose(*ip, wanted, &host)))
-                .filter(|(_, ifs)| !ifs.is_empty())
-                .collect();
-            if owned != self.owned {
-                if let Err(e) = responder.set_owned(&owned) {
-                    warn!(error = %e, "some interfaces could not be opened");
+        let mut out = Synced::default();
+        let mut touched: BTreeSet<ServiceKey> = changes.services.clone();
+        if self.responder.is_some() {
+            let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
+            if let Some(h) = host {
+                if let Some(r) = &self.responder {
+                    // Reopens interfaces re-created (new index or MAC) or whose reader failed.
+                    r.refresh(&h);
                 }
-                info!(addresses = owned.len(), "layer-2 ownership changed");
-                self.owned = owned;
-            } else if live_changed && !self.owned.is_empty() {
+                self.host = h;
+                self.report_interfaces();
+            }
+            if host_changed && !self.unable_here.is_empty() {
+                // Interfaces changed: addresses given up may be answerable now.
+                info!(
+                    "interfaces changed; checking again the addresses this node could not answer for"
+                );
+                self.unable_here.clear();
+                self.unable_reasons.clear();
+                out.unable_changed = true;
+            }
+            // Electing may name this node for an address it then finds it cannot answer for;
+            // it gives the address up (and says so over gossip) and elects again.
+            let mut changes = changes.clone();
+            for _ in 0..4 {
+                let mut unable = unable_elsewhere.clone();
+                if !self.unable_here.is_empty() {
+                    unable.insert(self.settings.node.clone(), self.unable_here.clone());
+                }
+                let u = self.l2.update(cluster, &changes, live, &unable);
+                out.decided += u.decided;
+                out.owned_changed |= u.owned_changed;
+                touched.extend(u.services);
+                if !(u.owned_changed || host_changed) {
+                    break;
+                }
+                let stranded = self.resolve_interfaces(cluster, &mut touched);
+                if stranded.is_empty() {
+                    break;
+                }
+                self.unable_here.extend(stranded);
+                out.unable_changed = true;
+                changes = Changes::default();
+            }
+            if !out.owned_changed && !host_changed && live_changed && !self.answering.is_empty() {
                 // A healed partition: the other side may have answered for our addresses.
-                responder.announce_again();
-            }
-            let mut by_service: BTreeMap<ServiceKey, (Vec<String>, BTreeSet<String>)> =
-                BTreeMap::new();
-            for (ip, ifs) in &self.owned {
-                for key in plan
-                    .addresses
-                    .get(ip)
-                    .map(|p| p.services.clone())
-                    .unwrap_or_default()
-                {
-                    let entry = by_service.entry(key.clone()).or_default();
-                    entry.0.push(ip.to_string());
-                    entry.1.extend(ifs.iter().cloned());
-                    announced.insert(AnnouncedLabels {
-                        namespace: key.namespace.clone(),
-                        service: key.name.clone(),
-                        ip: ip.to_string(),
-                        protocol: "layer2".into(),
-                    });
+                if let Some(r) = &self.responder {
+                    r.announce_again();
                 }
             }
-            for (key, (ips, ifs)) in by_service {
-                let ifs: Vec<String> = ifs.into_iter().collect();
-                l2_status.insert(key.clone(), status::l2_payload(&key, &s.node, &ips, &ifs));
-            }
-            let c = responder.counters();
-            advance(&self.metrics.l2_requests, c.requests());
-            advance(&self.metrics.l2_responses, c.responses());
-            advance(
-                &self.metrics.l2_gratuitous,
-                c.gratuitous_arp + c.unsolicited_na,
-            );
-            advance(&self.metrics.l2_malformed, c.malformed());
-            self.metrics.l2_announced.set(self.owned.len() as i64);
+            self.unable_here
+                .retain(|ip| cluster.services_at(*ip).next().is_some());
+            let here = &self.unable_here;
+            self.unable_reasons.retain(|ip, _| here.contains(ip));
+            self.export_l2();
         }
-        let mut bgp_status = BTreeMap::new();
-        if let Some(bgp) = &self.bgp {
-            let (peers, errors) = snapshot::peer_configs(view, &s.node);
+        if self.bgp.is_some() {
+            touched.extend(self.sync_bgp(cluster, &changes));
+        }
+        out.services = touched.len();
+        for key in touched {
+            self.queue_status(cluster, &key);
+        }
+        out
+    }
+
+    /// Resolves the owned addresses to host interfaces and hands them to the responder;
+    /// returns the owned addresses that have none (reported, and given up by the caller).
+    fn resolve_interfaces(
+        &mut self,
+        cluster: &Cluster,
+        touched: &mut BTreeSet<ServiceKey>,
+    ) -> Vec<IpAddr> {
+        let (answering, stranded) = iface::resolve_owned(self.l2.owned(), &self.host);
+        for problem in &stranded {
+            let ip = problem.ip();
+            warn!(%ip, reason = problem.label(), error = %problem, "elected to answer for this address but cannot; another node takes it over");
+            self.unable_reasons.insert(ip, problem.label());
+            for key in cluster.services_at(ip) {
+                self.event(
+                    cluster,
+                    key,
+                    EventType::Warning,
+                    "CannotAnswer",
+                    format!(
+                        "node \"{}\": {problem}; another node answers instead",
+                        self.settings.node
+                    ),
+                );
+            }
+        }
+        if answering != self.answering {
+            if let Some(r) = &self.responder
+                && let Err(e) = r.set_owned(&answering)
+            {
+                warn!(error = %e, "some interfaces could not be opened");
+            }
+            info!(addresses = answering.len(), "layer-2 ownership changed");
+            for ip in self.answering.keys().chain(answering.keys()) {
+                touched.extend(cluster.services_at(*ip).cloned());
+            }
+            self.answering = answering;
+        }
+        stranded.iter().map(|p| p.ip()).collect()
+    }
+
+    /// Logs interfaces that started or stopped failing and interfaces reopened, and exports
+    /// the failing ones as a metric.
+    fn report_interfaces(&mut self) {
+        let Some(r) = &self.responder else { return };
+        let faults: BTreeMap<String, String> = r
+            .interface_errors()
+            .into_iter()
+            .map(|(name, f)| (name, f.to_string()))
+            .collect();
+        for (name, fault) in &faults {
+            if self.interface_faults.get(name) != Some(fault) {
+                warn!(interface = %name, error = %fault, "cannot answer on this interface");
+            }
+        }
+        for name in self
+            .interface_faults
+            .keys()
+            .filter(|n| !faults.contains_key(*n))
+        {
+            info!(interface = %name, "answering on this interface again");
+        }
+        let open = r.open_interfaces();
+        for (name, now) in &open {
+            if let Some(before) = self.open_interfaces.get(name)
+                && before != now
+            {
+                info!(interface = %name, index = now.index, "interface re-created or changed its MAC: reopened and announced again");
+            }
+        }
+        self.metrics.l2_interface_faults.set(faults.len() as i64);
+        self.interface_faults = faults;
+        self.open_interfaces = open;
+    }
+
+    fn export_l2(&mut self) {
+        let Some(responder) = &self.responder else {
+            return;
+        };
+        let c = responder.counters();
+        advance(&self.metrics.l2_requests, c.requests());
+        advance(&self.metrics.l2_responses, c.responses());
+        advance(
+            &self.metrics.l2_gratuitous,
+            c.gratuitous_arp + c.unsolicited_na,
+        );
+        advance(&self.metrics.l2_malformed, c.malformed());
+        self.metrics.l2_announced.set(self.answering.len() as i64);
+        let mut by_reason: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for reason in self.unable_reasons.values() {
+            *by_reason.entry(reason).or_default() += 1;
+        }
+        for reason in self.cannot_answer_labels.iter().chain(by_reason.keys()) {
+            self.metrics
+                .l2_cannot_answer
+                .get_or_create(&ReasonLabels {
+                    reason: (*reason).into(),
+                })
+                .set(by_reason.get(reason).copied().unwrap_or(0));
+        }
+        self.cannot_answer_labels.extend(by_reason.keys());
+    }
+
+    fn sync_bgp(&mut self, cluster: &Cluster, changes: &Changes) -> BTreeSet<ServiceKey> {
+        let Some(bgp) = &self.bgp else {
+            return BTreeSet::new();
+        };
+        if changes.config {
+            let labels = cluster
+                .nodes()
+                .get(&self.settings.node)
+                .map(|n| n.labels.clone())
+                .unwrap_or_default();
+            let (peers, errors) =
+                snapshot::peer_configs(&cluster.peer_objects(), &labels, &cluster.secret_objects());
             for e in &errors {
                 warn!(error = %e, "BGP peer not configured");
                 self.metrics
@@ -169,46 +332,125 @@ impl Speaker {
                 bgp.set_peers(peers.clone());
                 self.peers = peers;
             }
-            let plan = plan_bgp(
-                &snap,
-                &snapshot::bgp_advertisements(view),
-                &snapshot::bgp_peer_infos(view),
-            );
-            let configured: BTreeSet<&str> = self.peers.iter().map(|p| p.id.0.as_str()).collect();
-            for peer in &self.peers {
-                let ads = plan.per_peer.get(&peer.id.0).cloned().unwrap_or_default();
-                if self.advertised.get(&peer.id.0) != Some(&ads) {
-                    bgp.set_advertisements(&peer.id, ads.clone());
-                    self.advertised.insert(peer.id.0.clone(), ads);
-                }
-            }
-            self.advertised
-                .retain(|p, _| configured.contains(p.as_str()));
-            for (key, peers) in &plan.per_service {
-                let peers: Vec<String> = peers.iter().cloned().collect();
-                bgp_status.insert(key.clone(), status::bgp_payload(key, &s.node, &peers));
-                for svc in snap.services.iter().filter(|x| &x.key == key) {
-                    for ip in &svc.ingress {
-                        announced.insert(AnnouncedLabels {
-                            namespace: key.namespace.clone(),
-                            service: key.name.clone(),
-                            ip: ip.to_string(),
-                            protocol: "bgp".into(),
-                        });
-                    }
-                }
-            }
-            self.export_sessions(bgp);
         }
-        for gone in self.announced.difference(&announced) {
+        let u = self.routes.update(cluster, changes);
+        let configured: BTreeSet<&str> = self.peers.iter().map(|p| p.id.0.as_str()).collect();
+        for peer in &self.peers {
+            if !(changes.config || u.peers.contains(&peer.id.0)) {
+                continue;
+            }
+            let ads = self.routes.advertisements(&peer.id.0);
+            if self.advertised.get(&peer.id.0) != Some(&ads) {
+                bgp.set_advertisements(&peer.id, ads.clone());
+                self.advertised.insert(peer.id.0.clone(), ads);
+            }
+        }
+        self.advertised
+            .retain(|p, _| configured.contains(p.as_str()));
+        self.export_sessions(bgp);
+        u.services
+    }
+
+    /// Queues `key`'s status objects and updates its `announced` metric; emits `nodeAssigned`
+    /// when this node starts answering for it over layer 2.
+    fn queue_status(&mut self, cluster: &Cluster, key: &ServiceKey) {
+        let node = self.settings.node.clone();
+        let rec = cluster.service_rec(key);
+        let mut labels = BTreeSet::new();
+        let mut desired = Desired::default();
+        if let Some(rec) = rec {
+            let mut ips = Vec::new();
+            let mut ifs = BTreeSet::new();
+            for ip in &rec.ingress {
+                if let Some(names) = self.answering.get(ip) {
+                    ips.push(ip.to_string());
+                    ifs.extend(names.iter().cloned());
+                    labels.insert(AnnouncedLabels {
+                        namespace: key.namespace.clone(),
+                        service: key.name.clone(),
+                        ip: ip.to_string(),
+                        protocol: "layer2".into(),
+                    });
+                }
+            }
+            if !ips.is_empty() {
+                let ifs: Vec<String> = ifs.into_iter().collect();
+                desired.l2 = Some(status::l2_payload(key, &node, &ips, &ifs));
+            }
+            if let Some(Ok(peers)) = self.routes.service(key) {
+                // One object per (Service, node) only where the announcing nodes are few: with
+                // `externalTrafficPolicy: Local`, the nodes with an endpoint. With `Cluster`,
+                // every eligible node announces every address, and objects per pair would be
+                // Services × nodes (10 million for 10,000 Services on 1,000 nodes).
+                if rec.local_traffic_policy {
+                    let peers: Vec<String> = peers.iter().cloned().collect();
+                    desired.bgp = Some(status::bgp_payload(key, &node, &peers));
+                }
+                for ip in &rec.ingress {
+                    labels.insert(AnnouncedLabels {
+                        namespace: key.namespace.clone(),
+                        service: key.name.clone(),
+                        ip: ip.to_string(),
+                        protocol: "bgp".into(),
+                    });
+                }
+            }
+        }
+        let newly_announcing = desired.l2.is_some() && !self.l2_announcing.contains(key);
+        if desired.l2.is_some() {
+            self.l2_announcing.insert(key.clone());
+        } else {
+            self.l2_announcing.remove(key);
+        }
+        if newly_announcing {
+            self.event(
+                cluster,
+                key,
+                EventType::Normal,
+                "nodeAssigned",
+                format!("announcing from node \"{node}\" with protocol \"layer2\""),
+            );
+        }
+        let old = self.announced.remove(key).unwrap_or_default();
+        for gone in old.difference(&labels) {
             self.metrics.announced.remove(gone);
         }
-        for a in &announced {
-            self.metrics.announced.get_or_create(a).set(1);
+        for l in &labels {
+            self.metrics.announced.get_or_create(l).set(1);
         }
-        self.announced = announced;
-        self.write_status(view, l2_status, bgp_status, live_changed)
-            .await;
+        if !labels.is_empty() {
+            self.announced.insert(key.clone(), labels);
+        }
+        self.status.set(key.clone(), desired);
+        self.metrics.status_pending.set(self.status.len() as i64);
+    }
+
+    fn event(
+        &self,
+        cluster: &Cluster,
+        key: &ServiceKey,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let target = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            uid: cluster.service_rec(key).and_then(|r| r.uid.clone()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Announce".into(),
+            secondary: None,
+        };
+        if self.events.push(target, event) == Pushed::DroppedOldest {
+            self.metrics.events_dropped.inc();
+        }
     }
 
     fn export_sessions(&self, bgp: &BgpSpeaker) {
@@ -254,46 +496,12 @@ impl Speaker {
         }
     }
 
-    async fn write_status(
-        &mut self,
-        view: &ClusterView,
-        l2: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceL2StatusStatus>,
-        bgp: BTreeMap<ServiceKey, ferrolb_api::v1beta1::ServiceBGPStatusStatus>,
-        live_changed: bool,
-    ) {
-        if l2 == self.l2_status && bgp == self.bgp_status && !self.status_dirty && !live_changed {
-            return;
+    /// Refreshes session metrics (call it every few seconds: session state changes on its own).
+    pub fn tick(&mut self) {
+        if let Some(bgp) = &self.bgp {
+            self.export_sessions(bgp);
         }
-        let (ns, node) = (self.settings.namespace.clone(), self.settings.node.clone());
-        // `nodeAssigned` when this node starts answering for a Service over layer 2.
-        for key in l2.keys().filter(|k| !self.l2_status.contains_key(*k)) {
-            if let Some(svc) = find_service(view, key) {
-                let event = Event {
-                    type_: EventType::Normal,
-                    reason: "nodeAssigned".into(),
-                    note: Some(format!(
-                        "announcing from node \"{node}\" with protocol \"layer2\""
-                    )),
-                    action: "Announce".into(),
-                    secondary: None,
-                };
-                if let Err(e) = self.recorder.publish(&event, &svc.object_ref(&())).await {
-                    warn!(error = %e, "event not recorded");
-                }
-            }
-        }
-        let mut failures = 0;
-        if self.settings.enable_l2 {
-            failures += status::reconcile::<ServiceL2Status>(&self.client, &ns, &node, &l2).await;
-            let ours: BTreeSet<ServiceKey> = l2.keys().cloned().collect();
-            failures += status::remove_stale_l2(&self.client, &ns, &node, &ours, &self.live).await;
-        }
-        if self.settings.enable_bgp {
-            failures += status::reconcile::<ServiceBGPStatus>(&self.client, &ns, &node, &bgp).await;
-        }
-        self.status_dirty = failures > 0;
-        self.l2_status = l2;
-        self.bgp_status = bgp;
+        self.export_l2();
     }
 
     /// Withdraws everything: answers stop, sessions close with Cease.
@@ -307,9 +515,41 @@ impl Speaker {
     }
 }
 
-fn find_service<'a>(view: &'a ClusterView, key: &ServiceKey) -> Option<&'a Service> {
-    view.services.iter().find(|s| {
-        s.metadata.namespace.as_deref() == Some(key.namespace.as_str())
-            && s.metadata.name.as_deref() == Some(key.name.as_str())
-    })
+/// The gossip state that carries the addresses a node cannot answer for: JSON, at most
+/// [`MAX_UNABLE`] addresses (the rest are still reported locally, in logs, Events and metrics).
+pub fn encode_unable(unable: &BTreeSet<IpAddr>) -> Vec<u8> {
+    let list: Vec<&IpAddr> = unable.iter().take(MAX_UNABLE).collect();
+    serde_json::to_vec(&serde_json::json!({ "unable": list })).unwrap_or_default()
+}
+
+/// Reads [`encode_unable`]'s output; anything else is an empty set.
+pub fn decode_unable(state: &[u8]) -> BTreeSet<IpAddr> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        #[serde(default)]
+        unable: Vec<IpAddr>,
+    }
+    serde_json::from_slice::<State>(state)
+        .map(|s| s.unable.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// Addresses carried over gossip at most (keeps the state within one datagram).
+pub const MAX_UNABLE: usize = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unable_addresses_survive_the_gossip_encoding_and_garbage_reads_as_none() {
+        let set: BTreeSet<IpAddr> = ["10.0.0.1", "fd00::1"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(decode_unable(&encode_unable(&set)), set);
+        assert!(decode_unable(b"\xff\x00garbage").is_empty());
+        let many: BTreeSet<IpAddr> = (0..100u8).map(|i| IpAddr::from([10, 0, 0, i])).collect();
+        assert!(encode_unable(&many).len() <= 512);
+    }
 }

@@ -1,142 +1,16 @@
-//! From watch caches to the planners' inputs and the BGP sessions' configuration. Pure: no I/O,
-//! no clock (the caches are read by the caller).
+//! From the kept cluster objects to the BGP sessions' configuration, and the names of status
+//! objects. Pure: no I/O, no clock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ferrolb_api::names;
-use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
-use ferrolb_api::validate::{community_aliases, resolve_communities};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use ferrolb_api::v1beta1::BGPPeer;
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use crate::bgp::config::PeerConfig;
-use crate::planner::Snapshot;
-use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
-use crate::planner::convert::{l2_advertisement_info, node_info, pool_infos, service_info};
-
-/// Everything read from the cluster at one moment.
-#[derive(Debug, Default, Clone)]
-pub struct ClusterView {
-    /// Every Service.
-    pub services: Vec<Service>,
-    /// Every EndpointSlice.
-    pub slices: Vec<EndpointSlice>,
-    /// Every Node.
-    pub nodes: Vec<Node>,
-    /// Speaker Pods in the install namespace.
-    pub speaker_pods: Vec<Pod>,
-    /// Pools in the install namespace.
-    pub pools: Vec<IPAddressPool>,
-    /// L2 advertisements in the install namespace.
-    pub l2: Vec<L2Advertisement>,
-    /// BGP advertisements in the install namespace.
-    pub bgp: Vec<BGPAdvertisement>,
-    /// BGP peers in the install namespace.
-    pub peers: Vec<BGPPeer>,
-    /// Community aliases in the install namespace.
-    pub communities: Vec<Community>,
-    /// Secrets in the install namespace (TCP-MD5 passwords, the gossip key).
-    pub secrets: Vec<Secret>,
-}
-
-/// The nodes whose speaker Kubernetes reports as running: speaker Pod Ready on a Ready Node.
-/// This node always counts as live (it is running this code).
-pub fn live_from_kubernetes(view: &ClusterView, this_node: &str) -> BTreeSet<String> {
-    let ready_nodes: BTreeSet<String> = view
-        .nodes
-        .iter()
-        .filter(|n| {
-            condition_true(
-                n.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                "Ready",
-            )
-        })
-        .map(|n| n.name_any())
-        .collect();
-    let mut live: BTreeSet<String> = view
-        .speaker_pods
-        .iter()
-        .filter(|p| {
-            let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
-            conditions
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-        .filter(|n| ready_nodes.contains(n))
-        .collect();
-    live.insert(this_node.to_string());
-    live
-}
-
-fn condition_true(
-    conditions: Option<&Vec<k8s_openapi::api::core::v1::NodeCondition>>,
-    type_: &str,
-) -> bool {
-    conditions
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// The planners' snapshot.
-pub fn snapshot(
-    view: &ClusterView,
-    this_node: &str,
-    class: &str,
-    live: BTreeSet<String>,
-) -> Snapshot {
-    Snapshot {
-        services: view
-            .services
-            .iter()
-            .filter_map(|s| service_info(s, &view.slices, class))
-            .collect(),
-        nodes: view
-            .nodes
-            .iter()
-            .map(|n| (n.name_any(), node_info(n)))
-            .collect(),
-        pools: pool_infos(&view.pools),
-        l2_advertisements: view.l2.iter().map(l2_advertisement_info).collect(),
-        live_speakers: live,
-        this_node: this_node.to_string(),
-    }
-}
-
-/// The BGP advertisements with their community aliases resolved.
-pub fn bgp_advertisements(view: &ClusterView) -> Vec<BgpAdvertisementInfo> {
-    let aliases = community_aliases(&view.communities).unwrap_or_default();
-    view.bgp
-        .iter()
-        .map(|a| BgpAdvertisementInfo {
-            name: a.name_any(),
-            pools: a.spec.ip_address_pools.clone(),
-            pool_selectors: a.spec.ip_address_pool_selectors.clone(),
-            node_selectors: a.spec.node_selectors.clone(),
-            peers: a.spec.peers.clone(),
-            aggregation_length: a.spec.aggregation_length.unwrap_or(32).clamp(0, 32) as u8,
-            aggregation_length_v6: a.spec.aggregation_length_v6.unwrap_or(128).clamp(0, 128) as u8,
-            local_pref: a.spec.local_pref,
-            communities: resolve_communities(&a.spec.communities, &aliases),
-        })
-        .collect()
-}
-
-/// The peers as the planner sees them.
-pub fn bgp_peer_infos(view: &ClusterView) -> Vec<BgpPeerInfo> {
-    view.peers
-        .iter()
-        .map(|p| BgpPeerInfo {
-            name: p.name_any(),
-            node_selectors: p.spec.node_selectors.clone(),
-        })
-        .collect()
-}
 
 /// Why a `BGPPeer` cannot be configured on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -173,24 +47,19 @@ pub enum PeerConfigError {
     },
 }
 
-/// The sessions this node opens: every peer whose `nodeSelectors` select this node.
+/// The sessions this node opens: every peer whose `nodeSelectors` select this node (`labels`).
 pub fn peer_configs(
-    view: &ClusterView,
-    this_node: &str,
+    peers: &[BGPPeer],
+    labels: &BTreeMap<String, String>,
+    secrets: &[Secret],
 ) -> (Vec<PeerConfig>, Vec<PeerConfigError>) {
-    let labels = view
-        .nodes
-        .iter()
-        .find(|n| n.name_any() == this_node)
-        .map(|n| n.labels().clone())
-        .unwrap_or_default();
     let mut configs = Vec::new();
     let mut errors = Vec::new();
-    for peer in &view.peers {
-        if !ferrolb_api::selector::any_matches(&peer.spec.node_selectors, &labels) {
+    for peer in peers {
+        if !ferrolb_api::selector::any_matches(&peer.spec.node_selectors, labels) {
             continue;
         }
-        match peer_config(peer, &view.secrets) {
+        match peer_config(peer, secrets) {
             Ok(c) => configs.push(c),
             Err(e) => errors.push(e),
         }

@@ -1,22 +1,56 @@
-//! The objects that say who announces what: one `ServiceL2Status` / `ServiceBGPStatus` per
-//! (Service, node), written by that node's speaker, and the `nodeAssigned` Event.
+//! The objects that say who announces what, written on their own task so that announcing never
+//! waits on the API server: one `ServiceL2Status` per Service this node answers for over layer 2
+//! (only the owner writes one, so there are about as many as Services), and one
+//! `ServiceBGPStatus` per (Service, node) announcing it over BGP for Services with
+//! `externalTrafficPolicy: Local` (the nodes with an endpoint: as many as endpoints at most).
+//! Cluster-policy Services, announced by every eligible node, get none: that would be one
+//! object per Service and node.
+//!
+//! ```text
+//!  Speaker::sync ── set(key, Desired) ──► StatusQueue { latest Desired per Service }
+//!                                              │ coalesced: a Service changing 100 times while
+//!                                              │ the API is slow is written once, as it is now
+//!                                              ▼ run(): WRITERS at a time
+//!                    create / patch status / delete  (what differs from what was written)
+//!                    failure ─► back into the queue after a back-off (unless superseded)
+//! ```
+//!
+//! # Guarantees
+//! - The queue holds at most one entry per Service: it is bounded by the Services FerroLB
+//!   handles, whatever the API server does.
+//! - The task starts from what exists (one list of this node's objects per kind), then writes
+//!   only differences; it never lists per sync.
+//! - A Service this node takes over over layer 2 has the object that a dead owner left deleted
+//!   (one list by the Service's labels, at the takeover only).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{
     InterfaceInfo, ServiceBGPStatus, ServiceBGPStatusSpec, ServiceBGPStatusStatus, ServiceL2Status,
     ServiceL2StatusSpec, ServiceL2StatusStatus,
 };
+use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::warn;
+use tokio::sync::{Notify, watch};
+use tracing::{debug, warn};
 
+use super::metrics::Metrics;
 use super::snapshot::{status_labels, status_object_name};
 use crate::planner::ServiceKey;
+
+/// Status writes in flight at once.
+pub const WRITERS: usize = 4;
+/// First retry delay of a failed write; doubled per failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Longest retry delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A status object kind the speaker maintains.
 pub trait StatusKind:
@@ -25,9 +59,12 @@ pub trait StatusKind:
     + Debug
     + Serialize
     + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
 {
     /// The status payload.
-    type Payload: Serialize + PartialEq + Clone;
+    type Payload: Serialize + PartialEq + Clone + Debug + Send + Sync;
     /// A new object with no status.
     fn empty(meta: ObjectMeta) -> Self;
     /// The current status.
@@ -91,118 +128,368 @@ pub fn bgp_payload(key: &ServiceKey, node: &str, peers: &[String]) -> ServiceBGP
     }
 }
 
-/// Makes this node's objects of kind `K` exactly `desired` (by Service): creates, updates the
-/// status of, and deletes objects labelled with this node. Returns how many calls failed (the
-/// caller retries on its next sync).
-pub async fn reconcile<K: StatusKind>(
-    client: &Client,
-    namespace: &str,
-    node: &str,
-    desired: &BTreeMap<ServiceKey, K::Payload>,
-) -> usize {
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let selector = format!("{}={node}", names::STATUS_NODE_LABEL);
-    let existing = match api.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list.items,
-        Err(e) => {
-            warn!(error = %e, kind = %K::kind(&()), "listing status objects failed");
-            return 1;
+/// What this node's objects for one Service should say; `None` means no object.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Desired {
+    /// The layer-2 status, when this node answers for one of the Service's addresses.
+    pub l2: Option<ServiceL2StatusStatus>,
+    /// The BGP status, when this node announces the Service to at least one peer.
+    pub bgp: Option<ServiceBGPStatusStatus>,
+}
+
+#[derive(Default)]
+struct Inner {
+    pending: BTreeMap<ServiceKey, Desired>,
+    in_flight: BTreeSet<ServiceKey>,
+}
+
+/// The queue between the sync loop and the status task.
+#[derive(Default)]
+pub struct StatusQueue {
+    inner: Mutex<Inner>,
+    notify: Notify,
+}
+
+impl StatusQueue {
+    /// An empty queue.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Asks for `key`'s objects to say `desired`; replaces what was waiting for `key`.
+    pub fn set(&self, key: ServiceKey, desired: Desired) {
+        self.inner
+            .lock()
+            .expect("status queue lock")
+            .pending
+            .insert(key, desired);
+        self.notify.notify_one();
+    }
+
+    /// How many Services wait to be written.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("status queue lock").pending.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes the first waiting Service that is not being written already.
+    fn pop(&self) -> Option<(ServiceKey, Desired)> {
+        let mut inner = self.inner.lock().expect("status queue lock");
+        let key = inner
+            .pending
+            .keys()
+            .find(|k| !inner.in_flight.contains(*k))
+            .cloned()?;
+        let desired = inner.pending.remove(&key)?;
+        inner.in_flight.insert(key.clone());
+        Some((key, desired))
+    }
+
+    fn done(&self, key: &ServiceKey) {
+        let mut inner = self.inner.lock().expect("status queue lock");
+        inner.in_flight.remove(key);
+        if inner.pending.contains_key(key) {
+            drop(inner);
+            self.notify.notify_one();
         }
-    };
-    let mut failures = 0;
-    let mut by_name: BTreeMap<String, K> =
-        existing.into_iter().map(|o| (o.name_any(), o)).collect();
-    for (key, payload) in desired {
-        let name = status_object_name(&key.namespace, &key.name, node);
-        let current = match by_name.remove(&name) {
-            Some(obj) => obj,
-            None => {
-                let meta = ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(namespace.into()),
-                    labels: Some(status_labels(&key.namespace, &key.name, node)),
-                    ..Default::default()
-                };
-                match api.create(&PostParams::default(), &K::empty(meta)).await {
-                    Ok(obj) => obj,
+    }
+
+    /// Puts `desired` back for a retry, unless something newer was set meanwhile.
+    fn retry(&self, key: ServiceKey, desired: Desired) {
+        let mut inner = self.inner.lock().expect("status queue lock");
+        inner.pending.entry(key).or_insert(desired);
+    }
+}
+
+/// What the task believes exists, by object name.
+struct Written<K: StatusKind> {
+    api: Api<K>,
+    objects: Mutex<HashMap<String, Option<K::Payload>>>,
+}
+
+impl<K: StatusKind> Written<K> {
+    async fn load(api: Api<K>, node: &str) -> Result<Self, kube::Error> {
+        let selector = format!("{}={node}", names::STATUS_NODE_LABEL);
+        let list = api.list(&ListParams::default().labels(&selector)).await?;
+        let objects = list
+            .items
+            .into_iter()
+            .map(|o| (o.name_any(), o.payload().cloned()))
+            .collect();
+        Ok(Self {
+            api,
+            objects: Mutex::new(objects),
+        })
+    }
+
+    fn current(&self, name: &str) -> Option<Option<K::Payload>> {
+        self.objects
+            .lock()
+            .expect("written lock")
+            .get(name)
+            .cloned()
+    }
+
+    fn record(&self, name: &str, payload: Option<Option<K::Payload>>) {
+        let mut objects = self.objects.lock().expect("written lock");
+        match payload {
+            Some(p) => objects.insert(name.to_owned(), p),
+            None => objects.remove(name),
+        };
+    }
+
+    /// Makes object `name` say `desired` (`None`: absent).
+    async fn write(
+        &self,
+        namespace: &str,
+        key: &ServiceKey,
+        node: &str,
+        name: &str,
+        desired: Option<&K::Payload>,
+    ) -> Result<(), kube::Error> {
+        let current = self.current(name);
+        match (current, desired) {
+            (None, None) => Ok(()),
+            (Some(_), None) => match self.api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    self.record(name, None);
+                    Ok(())
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    self.record(name, None);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            (Some(Some(now)), Some(want)) if now == *want => Ok(()),
+            (current, Some(want)) => {
+                if current.is_none() {
+                    let meta = ObjectMeta {
+                        name: Some(name.to_owned()),
+                        namespace: Some(namespace.to_owned()),
+                        labels: Some(status_labels(&key.namespace, &key.name, node)),
+                        ..Default::default()
+                    };
+                    match self
+                        .api
+                        .create(&PostParams::default(), &K::empty(meta))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(e),
+                    }
+                    self.record(name, Some(None));
+                }
+                let patch = Patch::Merge(serde_json::json!({ "status": want }));
+                match self
+                    .api
+                    .patch_status(name, &PatchParams::default(), &patch)
+                    .await
+                {
+                    Ok(_) => {
+                        self.record(name, Some(Some(want.clone())));
+                        Ok(())
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        // Deleted behind our back: create it again on the retry.
+                        self.record(name, None);
+                        Err(kube::Error::Api(e))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// The status task's fixed inputs.
+pub struct StatusWriter {
+    /// The client.
+    pub client: Client,
+    /// The install namespace.
+    pub namespace: String,
+    /// This node.
+    pub node: String,
+    /// Write `ServiceL2Status` objects.
+    pub l2: bool,
+    /// Write `ServiceBGPStatus` objects.
+    pub bgp: bool,
+    /// The live speakers (a dead owner's layer-2 object is removed by its successor).
+    pub live: watch::Receiver<BTreeSet<String>>,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+impl StatusWriter {
+    /// Writes what `queue` asks for, forever.
+    pub async fn run(self, queue: Arc<StatusQueue>) {
+        let l2 = self.load::<ServiceL2Status>().await;
+        let bgp = self.load::<ServiceBGPStatus>().await;
+        let this = Arc::new(self);
+        let next = futures::stream::unfold(queue.clone(), |q| async move {
+            loop {
+                if let Some(item) = q.pop() {
+                    return Some((item, q));
+                }
+                q.notify.notified().await;
+            }
+        });
+        let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
+        next.for_each_concurrent(WRITERS, |(key, desired)| {
+            let (this, l2, bgp, queue, failures) = (
+                this.clone(),
+                l2.clone(),
+                bgp.clone(),
+                queue.clone(),
+                failures.clone(),
+            );
+            async move {
+                let result = this.write(&l2, &bgp, &key, &desired).await;
+                this.metrics.status_pending.set(queue.len() as i64);
+                match result {
+                    Ok(()) => {
+                        failures.lock().expect("failures lock").remove(&key);
+                        queue.done(&key);
+                    }
                     Err(e) => {
-                        warn!(error = %e, object = %name, "creating status object failed");
-                        failures += 1;
-                        continue;
+                        let n = {
+                            let mut f = failures.lock().expect("failures lock");
+                            let n = f.entry(key.clone()).or_default();
+                            *n += 1;
+                            *n
+                        };
+                        this.metrics.status_write_failures.inc();
+                        warn!(service = %key, error = %e, attempt = n, "writing a status object failed; retrying");
+                        let delay = FIRST_BACKOFF
+                            .saturating_mul(1 << (n - 1).min(6))
+                            .min(MAX_BACKOFF);
+                        tokio::time::sleep(delay).await;
+                        queue.retry(key.clone(), desired);
+                        queue.done(&key);
                     }
                 }
             }
-        };
-        if current.payload() == Some(payload) {
-            continue;
-        }
-        let patch = Patch::Merge(serde_json::json!({ "status": payload }));
-        if let Err(e) = api
-            .patch_status(&name, &PatchParams::default(), &patch)
-            .await
-        {
-            warn!(error = %e, object = %name, "writing status failed");
-            failures += 1;
-        }
+        })
+        .await;
     }
-    for name in by_name.keys() {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => {
-                warn!(error = %e, object = %name, "deleting status object failed");
-                failures += 1;
+
+    async fn load<K: StatusKind>(&self) -> Arc<Written<K>> {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut delay = FIRST_BACKOFF;
+        loop {
+            match Written::load(api.clone(), &self.node).await {
+                Ok(w) => return Arc::new(w),
+                Err(e) => {
+                    warn!(kind = %K::kind(&()), error = %e, "listing this node's status objects failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_BACKOFF);
+                }
             }
         }
     }
-    failures
+
+    async fn write(
+        &self,
+        l2: &Written<ServiceL2Status>,
+        bgp: &Written<ServiceBGPStatus>,
+        key: &ServiceKey,
+        desired: &Desired,
+    ) -> Result<(), kube::Error> {
+        let name = status_object_name(&key.namespace, &key.name, &self.node);
+        if self.l2 {
+            let takeover = l2.current(&name).is_none() && desired.l2.is_some();
+            l2.write(&self.namespace, key, &self.node, &name, desired.l2.as_ref())
+                .await?;
+            if takeover {
+                self.remove_dead_owners(key).await?;
+            }
+        }
+        if self.bgp {
+            bgp.write(
+                &self.namespace,
+                key,
+                &self.node,
+                &name,
+                desired.bgp.as_ref(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the `ServiceL2Status` objects that other, no longer live, nodes left for `key`:
+    /// a killed speaker cannot remove its own.
+    async fn remove_dead_owners(&self, key: &ServiceKey) -> Result<(), kube::Error> {
+        let api: Api<ServiceL2Status> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!(
+            "{}={},{}={}",
+            names::STATUS_SERVICE_NAME_LABEL,
+            key.name,
+            names::STATUS_SERVICE_NAMESPACE_LABEL,
+            key.namespace
+        );
+        let live = self.live.borrow().clone();
+        for obj in api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+        {
+            let owner = obj.labels().get(names::STATUS_NODE_LABEL);
+            if owner.is_some_and(|o| *o != self.node && !live.contains(o)) {
+                match api.delete(&obj.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => {
+                        debug!(service = %key, object = %obj.name_any(), "removed a dead owner's status")
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Deletes the `ServiceL2Status` objects that other, no longer live, nodes left for Services
-/// this node now answers for: a killed speaker cannot remove its own. Returns how many calls
-/// failed.
-pub async fn remove_stale_l2(
-    client: &Client,
-    namespace: &str,
-    node: &str,
-    ours: &std::collections::BTreeSet<ServiceKey>,
-    live: &std::collections::BTreeSet<String>,
-) -> usize {
-    if ours.is_empty() {
-        return 0;
-    }
-    let api: Api<ServiceL2Status> = Api::namespaced(client.clone(), namespace);
-    let all = match api.list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        Err(e) => {
-            warn!(error = %e, "listing status objects failed");
-            return 1;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_set_many_times_waits_once_with_its_latest_state() {
+        let q = StatusQueue::new();
+        let key = ServiceKey::new("default", "web");
+        for n in 0..100 {
+            q.set(
+                key.clone(),
+                Desired {
+                    l2: Some(l2_payload(&key, "node-a", &[format!("10.0.0.{n}")], &[])),
+                    bgp: None,
+                },
+            );
         }
-    };
-    let mut failures = 0;
-    for obj in all {
-        let labels = obj.labels();
-        let (Some(owner), Some(name), Some(ns)) = (
-            labels.get(names::STATUS_NODE_LABEL),
-            labels.get(names::STATUS_SERVICE_NAME_LABEL),
-            labels.get(names::STATUS_SERVICE_NAMESPACE_LABEL),
-        ) else {
-            continue;
+        assert_eq!(q.len(), 1);
+        let (_, desired) = q.pop().unwrap();
+        assert_eq!(desired.l2.unwrap().addresses, ["10.0.0.99"]);
+    }
+
+    #[test]
+    fn a_failed_write_does_not_overwrite_a_newer_state() {
+        let q = StatusQueue::new();
+        let key = ServiceKey::new("default", "web");
+        q.set(key.clone(), Desired::default());
+        let (k, old) = q.pop().unwrap();
+        let newer = Desired {
+            l2: Some(l2_payload(&key, "node-a", &["10.0.0.1".into()], &[])),
+            bgp: None,
         };
-        if owner == node
-            || live.contains(owner)
-            || !ours.contains(&ServiceKey::new(ns.clone(), name.clone()))
-        {
-            continue;
-        }
-        match api.delete(&obj.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => {
-                warn!(error = %e, "deleting a dead node's status object failed");
-                failures += 1;
-            }
-        }
+        q.set(key.clone(), newer.clone());
+        assert!(q.pop().is_none(), "one write per Service at a time");
+        q.retry(k.clone(), old);
+        q.done(&k);
+        assert_eq!(q.pop().unwrap().1, newer);
     }
-    failures
 }

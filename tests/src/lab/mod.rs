@@ -148,6 +148,7 @@ pub fn required_tools(router: RouterKind) -> Vec<(&'static str, &'static str)> {
         ("ip", "iproute2"),
         ("arping", "iputils-arping"),
         ("ndisc6", "ndisc6"),
+        ("iptables", "iptables"),
     ];
     t.extend_from_slice(router.tools());
     t
@@ -389,6 +390,23 @@ impl Lab {
         args.extend(self.config.speaker_args.iter().cloned());
         let p = self.topo.node(i).spawn(&args, &log)?;
         self.speakers[i] = Some(p);
+        Ok(())
+    }
+
+    /// Makes the API server unreachable from node `i` (`false`) or reachable again (`true`):
+    /// its packets to the API server are dropped, so connections hang as they do behind a
+    /// failed load balancer or a partitioned control plane (no reset, no error).
+    pub fn set_api_reachable(&self, i: usize, reachable: bool) -> Result<()> {
+        let op = if reachable { "-D" } else { "-I" };
+        let port = API_PORT.to_string();
+        for (tool, dst) in [
+            ("iptables", API_V4.to_string()),
+            ("ip6tables", crate::netns::topology::API_V6.to_string()),
+        ] {
+            self.topo.node(i).exec_ok(&[
+                tool, op, "OUTPUT", "-d", &dst, "-p", "tcp", "--dport", &port, "-j", "DROP",
+            ])?;
+        }
         Ok(())
     }
 

@@ -187,6 +187,7 @@ pub fn render(lab: &Lab, services: &[ServiceView]) -> Result<String> {
     let mut out = String::new();
     let owners = lab.l2_owners()?;
     let bgp = lab.bgp_announcers()?;
+    let routes = lab.router.kernel_routes();
     let _ = writeln!(out, "== Services (namespace default)");
     let _ = writeln!(
         out,
@@ -204,7 +205,31 @@ pub fn render(lab: &Lab, services: &[ServiceView]) -> Result<String> {
                 .filter(|(svc, _, peers)| *svc == s.name && !peers.is_empty())
                 .map(|(_, node, _)| node.as_str())
                 .collect();
+            // Cluster-policy Services have no per-node ServiceBGPStatus: the router's routes
+            // say who announces them.
+            let routed: Vec<String>;
+            if by_bgp.is_empty() {
+                routed = routes
+                    .iter()
+                    .filter(|r| {
+                        r.prefix
+                            .parse::<ipnet::IpNet>()
+                            .is_ok_and(|p| p.contains(ip))
+                    })
+                    .flat_map(|r| r.next_hops.iter())
+                    .filter_map(|h| {
+                        (0..NODE_NAMES.len())
+                            .find(|i| {
+                                IpAddr::from(node_v4(*i)) == *h || IpAddr::from(node_v6(*i)) == *h
+                            })
+                            .map(|i| NODE_NAMES[i].to_string())
+                    })
+                    .collect();
+                by_bgp = routed.iter().map(String::as_str).collect();
+                by_bgp.dedup();
+            }
             by_bgp.sort();
+            by_bgp.dedup();
             let how = match (l2.is_empty(), by_bgp.is_empty()) {
                 (false, _) => l2,
                 (true, false) => format!("BGP from {}", by_bgp.join(",")),

@@ -218,7 +218,9 @@ async fn seed_configuration(client: &kube::Client, address: &str) {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let service = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}], "selector": {"app": "web"}}
+        // `Local`: per-node ServiceBGPStatus objects are written only for such Services.
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}], "selector": {"app": "web"},
+                 "externalTrafficPolicy": "Local"}
     }))
     .expect("a Service");
     services

@@ -19,7 +19,7 @@ fn layer2_and_bgp_switches_reach_the_speaker() {
 }
 
 #[test]
-fn proxy_mode_variant_sets_ip_mode_class_and_logging_on_the_controller() {
+fn proxy_mode_variant_sets_ip_mode_and_logging_on_the_controller_and_the_class_on_both_binaries() {
     let Some(objects) = variant("proxy-mode") else {
         return;
     };
@@ -36,6 +36,11 @@ fn proxy_mode_variant_sets_ip_mode_class_and_logging_on_the_controller() {
         flag(speaker, "--load-balancer-class"),
         Some("example.com/edge")
     );
+    assert_eq!(
+        flag(speaker, "--ignore-unclassed"),
+        Some(""),
+        "the speaker must skip what the controller skips"
+    );
     assert_eq!(flag(speaker, "--log-level"), Some("debug"));
     let Some(defaults) = variant("default") else {
         return;
@@ -43,6 +48,10 @@ fn proxy_mode_variant_sets_ip_mode_class_and_logging_on_the_controller() {
     let controller = only_container(defaults.controller_pod());
     assert_eq!(flag(controller, "--default-ip-mode"), Some("VIP"));
     assert_eq!(flag(controller, "--ignore-unclassed"), None);
+    assert_eq!(
+        flag(only_container(defaults.speaker_pod()), "--ignore-unclassed"),
+        None
+    );
 }
 
 #[test]

@@ -1,14 +1,15 @@
-//! Events on their own task: a bounded queue that coalesces by (object, reason) and is drained
-//! at low concurrency, so publishing an Event never delays an address, and a burst of changes
-//! to one Service leaves one Event per reason (the latest note), not a backlog.
+//! Events on their own task, for the controller and the speaker: a bounded queue that coalesces
+//! by (object, reason) and is drained at low concurrency, so publishing an Event never delays an
+//! address, and a burst of changes to one Service leaves one Event per reason (the latest note),
+//! not a backlog.
 //!
 //! Each Event is created as a new `events.k8s.io/v1` object. kube's `Recorder` is not used: it
 //! keeps every Event of the last minutes in a cache that it scans on every publish (measured: 8 %
 //! of the controller's CPU in a 1,000-Service burst, growing with the burst), to patch repeats
-//! into a series; the controller's Events are transitions, already coalesced here.
+//! into a series; our Events are transitions, already coalesced here.
 //!
 //! ```text
-//!  Controller::pass ── push ──► EventQueue { order, pending by (object, reason) }
+//!  reconcile / sync ── push ──► EventQueue { order, pending by (object, reason) }
 //!                               bounded: the oldest is dropped (and counted) when full
 //!                                   │ run: 2 at a time
 //!                                   ▼
@@ -25,9 +26,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::events::{Event, EventType, Reporter};
 use tokio::sync::Notify;
-
-use crate::error::ApiCallError;
-use crate::metrics::Metrics;
 
 /// Events waiting to be published at most (older ones are dropped beyond this).
 pub const CAPACITY: usize = 4096;
@@ -113,9 +111,15 @@ impl EventQueue {
         self.len() == 0
     }
 
-    /// Publishes queued Events forever, [`CONCURRENCY`] at a time; failures are counted and
-    /// logged, never retried (an Event is informational, and the next transition brings a new one).
-    pub async fn run(self: Arc<Self>, client: kube::Client, reporter: Reporter, metrics: Metrics) {
+    /// Publishes queued Events forever, [`CONCURRENCY`] at a time; a failure is handed to
+    /// `failed` (to count and log it), never retried (an Event is informational, and the next
+    /// transition brings a new one).
+    pub async fn run(
+        self: Arc<Self>,
+        client: kube::Client,
+        reporter: Reporter,
+        failed: impl Fn(&Event, kube::Error) + Clone,
+    ) {
         let next = futures::stream::unfold(self, |q| async move {
             loop {
                 if let Some(item) = q.pop() {
@@ -126,15 +130,13 @@ impl EventQueue {
         });
         next.for_each_concurrent(CONCURRENCY, |(target, event)| {
             let client = client.clone();
-            let metrics = metrics.clone();
+            let failed = failed.clone();
             let object = to_object(&event, &target, &reporter, jiff_now());
             async move {
                 let ns = target.namespace.as_deref().unwrap_or("default");
                 let api: Api<K8sEvent> = Api::namespaced(client, ns);
                 if let Err(e) = api.create(&PostParams::default(), &object).await {
-                    let e = ApiCallError::from(e);
-                    tracing::debug!(reason = %event.reason, error = %e, "publishing an Event failed");
-                    metrics.api_error("event", &e);
+                    failed(&event, e);
                 }
             }
         })

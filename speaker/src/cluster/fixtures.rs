@@ -1,0 +1,116 @@
+//! Kubernetes objects for the model's and the trackers' tests, built as a user would write them.
+
+use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, IPAddressPool, L2Advertisement};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::json;
+
+/// A LoadBalancer Service holding `ips`.
+pub fn service(ns: &str, name: &str, ips: &[&str], local: bool) -> Service {
+    let ingress: Vec<_> = ips.iter().map(|ip| json!({ "ip": ip })).collect();
+    serde_json::from_value(json!({
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {
+            "type": "LoadBalancer",
+            "externalTrafficPolicy": if local { "Local" } else { "Cluster" },
+        },
+        "status": {"loadBalancer": {"ingress": ingress}},
+    }))
+    .unwrap()
+}
+
+/// A ClusterIP Service.
+pub fn cluster_ip_service(ns: &str, name: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"type": "ClusterIP"},
+    }))
+    .unwrap()
+}
+
+/// An EndpointSlice of Service `service` with one endpoint per (node, ready).
+pub fn slice(ns: &str, name: &str, service: &str, endpoints: &[(&str, bool)]) -> EndpointSlice {
+    let endpoints: Vec<_> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, (node, ready))| {
+            json!({
+                "addresses": [format!("10.244.0.{}", i + 1)],
+                "nodeName": node,
+                "conditions": {"ready": ready, "serving": ready, "terminating": false},
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+    }))
+    .unwrap()
+}
+
+/// A Ready Node with `labels`.
+pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), json!(v)))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap()
+}
+
+/// A pool of `addresses`.
+pub fn pool(name: &str, addresses: &[&str]) -> IPAddressPool {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ferrolb-system", "name": name,
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"addresses": addresses},
+    }))
+    .unwrap()
+}
+
+/// An L2Advertisement for `pools` (all when empty), on nodes labelled `node_label` when set.
+pub fn l2_advertisement(
+    name: &str,
+    pools: &[&str],
+    node_label: Option<(&str, &str)>,
+) -> L2Advertisement {
+    let selectors: Vec<_> = node_label
+        .map(|(k, v)| json!({"matchLabels": {k: v}}))
+        .into_iter()
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ferrolb-system", "name": name},
+        "spec": {"ipAddressPools": pools, "nodeSelectors": selectors},
+    }))
+    .unwrap()
+}
+
+/// A BGPAdvertisement for every pool.
+pub fn bgp_advertisement(name: &str, aggregation_length: Option<i32>) -> BGPAdvertisement {
+    let mut spec = json!({});
+    if let Some(len) = aggregation_length {
+        spec["aggregationLength"] = json!(len);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ferrolb-system", "name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// A BGPPeer for every node.
+pub fn peer(name: &str, address: &str) -> BGPPeer {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ferrolb-system", "name": name},
+        "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": address},
+    }))
+    .unwrap()
+}

@@ -1,0 +1,670 @@
+//! The speaker's model of the cluster: what the planners read, stripped to what they need,
+//! indexed by key and updated one watch event at a time. Pure: no I/O, no clock.
+//!
+//! ```text
+//!  watch streams ─ Update<K> ─► Cluster::{service, slice, node, ...}
+//!                                 │ convert (one step, crate::planner::convert)
+//!                                 ▼
+//!                  tables + indexes (slices by Service, Services by address)
+//!                                 │ what changed since the last take_changes()
+//!                                 ▼
+//!                  Changes { services, config } ─► planner::incremental
+//! ```
+//!
+//! # Guarantees
+//! - An event costs work proportional to its object: a Service or an EndpointSlice marks only
+//!   its Service changed, and only when what the planners read of it differs (a status-only
+//!   write to a pool, a Node heartbeat or an EndpointSlice of a Service FerroLB does not handle
+//!   changes nothing).
+//! - Objects keep only what the planners read: no `managedFields`, annotations or status that is
+//!   not used; Services FerroLB does not handle are not kept at all.
+//! - A re-list (after a dropped watch or a 410) removes exactly the objects that are gone.
+
+mod table;
+
+pub use table::{Table, Update, key_of};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use crate::membership::seeds::{SpeakerPod, speaker_pod};
+use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
+use crate::planner::convert;
+use crate::planner::{EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo};
+use crate::planner::{ServiceKey, Snapshot};
+
+/// What the speaker handles, from its flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// The node this speaker runs on.
+    pub this_node: String,
+    /// The `loadBalancerClass` handled.
+    pub class: String,
+    /// Leave Services without a `loadBalancerClass` to another implementation.
+    pub ignore_unclassed: bool,
+}
+
+/// A Service as kept: what the planners read, no endpoints (those are in the slices).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRec {
+    /// Its key.
+    pub key: ServiceKey,
+    /// `status.loadBalancer.ingress[].ip`, sorted, without duplicates; never empty.
+    pub ingress: Vec<IpAddr>,
+    /// `externalTrafficPolicy: Local`.
+    pub local_traffic_policy: bool,
+    /// `metadata.uid`, for Events about it.
+    pub uid: Option<String>,
+}
+
+/// An EndpointSlice as kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceRec {
+    /// The Service it belongs to (`kubernetes.io/service-name` in its namespace).
+    pub service: ServiceKey,
+    /// Its endpoints.
+    pub endpoints: Vec<EndpointInfo>,
+}
+
+/// A Node as kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRec {
+    /// What the planners read.
+    pub info: NodeInfo,
+    /// The `Ready` condition is `True` (for the Kubernetes view of live speakers).
+    pub ready: bool,
+}
+
+/// What changed since the last [`Cluster::take_changes`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Services whose record or endpoints changed (including added and removed ones).
+    pub services: BTreeSet<ServiceKey>,
+    /// Pools, advertisements, peers, communities, Secrets or Nodes changed: every plan must be
+    /// made again.
+    pub config: bool,
+    /// Speaker Pods changed (gossip seeds, the fallback live set).
+    pub speakers: bool,
+}
+
+impl Changes {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty() && !self.config && !self.speakers
+    }
+}
+
+/// The configuration kinds, derived once per change.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// Ready pools.
+    pub pools: Vec<PoolInfo>,
+    /// Layer-2 advertisements.
+    pub l2: Vec<L2AdvertisementInfo>,
+    /// BGP advertisements, communities resolved.
+    pub bgp: Vec<BgpAdvertisementInfo>,
+    /// BGP peers as the planner sees them.
+    pub peers: Vec<BgpPeerInfo>,
+}
+
+/// The model.
+#[derive(Debug)]
+pub struct Cluster {
+    scope: Scope,
+    services: Table<ServiceRec>,
+    slices: Table<SliceRec>,
+    nodes: Table<NodeRec>,
+    pods: Table<SpeakerPod>,
+    pools: Table<Kept<IPAddressPool>>,
+    l2: Table<Kept<L2Advertisement>>,
+    bgp: Table<Kept<BGPAdvertisement>>,
+    peers: Table<Kept<BGPPeer>>,
+    communities: Table<Kept<Community>>,
+    secrets: Table<Kept<Secret>>,
+    slices_by_service: HashMap<ServiceKey, BTreeSet<String>>,
+    services_by_ip: HashMap<IpAddr, BTreeSet<ServiceKey>>,
+    node_infos: BTreeMap<String, NodeInfo>,
+    config: Config,
+    changes: Changes,
+    speakers_dirty: bool,
+}
+
+impl Cluster {
+    /// An empty model.
+    pub fn new(scope: Scope) -> Self {
+        Self {
+            scope,
+            services: Table::default(),
+            slices: Table::default(),
+            nodes: Table::default(),
+            pods: Table::default(),
+            pools: Table::default(),
+            l2: Table::default(),
+            bgp: Table::default(),
+            peers: Table::default(),
+            communities: Table::default(),
+            secrets: Table::default(),
+            slices_by_service: HashMap::new(),
+            services_by_ip: HashMap::new(),
+            node_infos: BTreeMap::new(),
+            config: Config::default(),
+            changes: Changes {
+                config: true,
+                ..Changes::default()
+            },
+            speakers_dirty: true,
+        }
+    }
+
+    /// What the speaker handles.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// Takes what changed since the last call (the first call reports the configuration as
+    /// changed).
+    pub fn take_changes(&mut self) -> Changes {
+        let changes = std::mem::take(&mut self.changes);
+        if changes.config {
+            self.derive_config();
+        }
+        changes
+    }
+
+    /// Whether every kind has completed its first list: before that the planners would see a
+    /// partial cluster (a Service without its endpoints, a pool without its advertisement).
+    pub fn synced(&self) -> bool {
+        self.services.is_synced()
+            && self.slices.is_synced()
+            && self.nodes.is_synced()
+            && self.pods.is_synced()
+            && self.pools.is_synced()
+            && self.l2.is_synced()
+            && self.bgp.is_synced()
+            && self.peers.is_synced()
+            && self.communities.is_synced()
+            && self.secrets.is_synced()
+    }
+
+    /// The kinds that have not completed their first list, for logs.
+    pub fn unsynced(&self) -> Vec<&'static str> {
+        [
+            ("services", self.services.is_synced()),
+            ("endpointslices", self.slices.is_synced()),
+            ("nodes", self.nodes.is_synced()),
+            ("speaker pods", self.pods.is_synced()),
+            ("ipaddresspools", self.pools.is_synced()),
+            ("l2advertisements", self.l2.is_synced()),
+            ("bgpadvertisements", self.bgp.is_synced()),
+            ("bgppeers", self.peers.is_synced()),
+            ("communities", self.communities.is_synced()),
+            ("secrets", self.secrets.is_synced()),
+        ]
+        .into_iter()
+        .filter(|(_, s)| !s)
+        .map(|(k, _)| k)
+        .collect()
+    }
+
+    // ---- watch input ----
+
+    /// A Service event.
+    pub fn service(&mut self, update: Update<Service>) {
+        match update {
+            Update::Restart => self.services.restart(),
+            Update::Synced => {
+                for (_, gone) in self.services.synced() {
+                    self.unindex_service(&gone);
+                    self.changes.services.insert(gone.key);
+                }
+            }
+            Update::Apply(svc) => {
+                let key = key_of(&svc.metadata);
+                match self.rec_of(&svc) {
+                    Some(rec) => {
+                        if let Some(old) = self.services.upsert(key, rec.clone()) {
+                            if let Some(old) = old {
+                                self.unindex_service(&old);
+                            }
+                            self.index_service(&rec);
+                            self.changes.services.insert(rec.key);
+                        }
+                    }
+                    None => self.remove_service(&key),
+                }
+            }
+            Update::Delete(svc) => self.remove_service(&key_of(&svc.metadata)),
+        }
+    }
+
+    fn rec_of(&self, svc: &Service) -> Option<ServiceRec> {
+        convert::service_rec(svc, &self.scope.class, self.scope.ignore_unclassed)
+    }
+
+    fn remove_service(&mut self, key: &str) {
+        if let Some(old) = self.services.remove(key) {
+            self.unindex_service(&old);
+            self.changes.services.insert(old.key);
+        }
+    }
+
+    fn index_service(&mut self, rec: &ServiceRec) {
+        for ip in &rec.ingress {
+            self.services_by_ip
+                .entry(*ip)
+                .or_default()
+                .insert(rec.key.clone());
+        }
+    }
+
+    fn unindex_service(&mut self, rec: &ServiceRec) {
+        for ip in &rec.ingress {
+            if let Some(set) = self.services_by_ip.get_mut(ip) {
+                set.remove(&rec.key);
+                if set.is_empty() {
+                    self.services_by_ip.remove(ip);
+                }
+            }
+        }
+    }
+
+    /// An EndpointSlice event.
+    pub fn slice(&mut self, update: Update<EndpointSlice>) {
+        match update {
+            Update::Restart => self.slices.restart(),
+            Update::Synced => {
+                for (key, gone) in self.slices.synced() {
+                    self.unindex_slice(&key, &gone);
+                }
+            }
+            Update::Apply(slice) => {
+                let key = key_of(&slice.metadata);
+                let Some(rec) = slice_rec(&slice) else {
+                    self.remove_slice(&key);
+                    return;
+                };
+                if let Some(old) = self.slices.upsert(key.clone(), rec.clone()) {
+                    if let Some(old) = old {
+                        self.unindex_slice(&key, &old);
+                    }
+                    self.slices_by_service
+                        .entry(rec.service.clone())
+                        .or_default()
+                        .insert(key);
+                    self.service_endpoints_changed(&rec.service);
+                }
+            }
+            Update::Delete(slice) => self.remove_slice(&key_of(&slice.metadata)),
+        }
+    }
+
+    fn remove_slice(&mut self, key: &str) {
+        if let Some(old) = self.slices.remove(key) {
+            self.unindex_slice(key, &old);
+        }
+    }
+
+    fn unindex_slice(&mut self, key: &str, rec: &SliceRec) {
+        if let Some(set) = self.slices_by_service.get_mut(&rec.service) {
+            set.remove(key);
+            if set.is_empty() {
+                self.slices_by_service.remove(&rec.service);
+            }
+        }
+        self.service_endpoints_changed(&rec.service);
+    }
+
+    /// Endpoints only matter for Services FerroLB keeps; a slice of any other Service is
+    /// stored (the Service may become a LoadBalancer later) but wakes nobody.
+    fn service_endpoints_changed(&mut self, service: &ServiceKey) {
+        if self
+            .services
+            .get(&format!("{}/{}", service.namespace, service.name))
+            .is_some()
+        {
+            self.changes.services.insert(service.clone());
+        }
+    }
+
+    /// A Node event.
+    pub fn node(&mut self, update: Update<Node>) {
+        let changed = match update {
+            Update::Restart => {
+                self.nodes.restart();
+                false
+            }
+            Update::Synced => !self.nodes.synced().is_empty(),
+            Update::Apply(node) => {
+                let rec = NodeRec {
+                    info: convert::node_info(&node),
+                    ready: node_ready(&node),
+                };
+                self.nodes.upsert(node.name_any(), rec).is_some()
+            }
+            Update::Delete(node) => self.nodes.remove(&node.name_any()).is_some(),
+        };
+        if changed {
+            self.node_infos = self
+                .nodes
+                .values()
+                .map(|n| (n.info.name.clone(), n.info.clone()))
+                .collect();
+            self.changes.config = true;
+        }
+    }
+
+    /// A speaker Pod event.
+    pub fn speaker_pod(&mut self, update: Update<Pod>) {
+        let changed = match update {
+            Update::Restart => {
+                self.pods.restart();
+                false
+            }
+            Update::Synced => !self.pods.synced().is_empty(),
+            Update::Apply(pod) => {
+                let key = key_of(&pod.metadata);
+                match speaker_pod(&pod) {
+                    Some(p) => self.pods.upsert(key, p).is_some(),
+                    None => self.pods.remove(&key).is_some(),
+                }
+            }
+            Update::Delete(pod) => self.pods.remove(&key_of(&pod.metadata)).is_some(),
+        };
+        self.changes.speakers |= changed;
+        self.speakers_dirty |= changed;
+    }
+
+    /// Whether speaker Pods changed since the last call (for gossip seeds; independent of
+    /// [`Cluster::take_changes`]).
+    pub fn speakers_changed(&mut self) -> bool {
+        std::mem::take(&mut self.speakers_dirty)
+    }
+
+    /// Makes the next [`Cluster::speakers_changed`] say yes.
+    pub fn mark_speakers_changed(&mut self) {
+        self.speakers_dirty = true;
+    }
+
+    /// An `IPAddressPool` event.
+    pub fn pool(&mut self, update: Update<IPAddressPool>) {
+        let changed = apply_config(&mut self.pools, update, |mut p| {
+            p.status = None;
+            p.metadata = config_meta(p.metadata);
+            p
+        });
+        self.changes.config |= changed;
+    }
+
+    /// An `L2Advertisement` event.
+    pub fn l2_advertisement(&mut self, update: Update<L2Advertisement>) {
+        let changed = apply_config(&mut self.l2, update, |mut a| {
+            a.status = None;
+            a.metadata = config_meta(a.metadata);
+            a
+        });
+        self.changes.config |= changed;
+    }
+
+    /// A `BGPAdvertisement` event.
+    pub fn bgp_advertisement(&mut self, update: Update<BGPAdvertisement>) {
+        let changed = apply_config(&mut self.bgp, update, |mut a| {
+            a.status = None;
+            a.metadata = config_meta(a.metadata);
+            a
+        });
+        self.changes.config |= changed;
+    }
+
+    /// A `BGPPeer` event.
+    pub fn peer(&mut self, update: Update<BGPPeer>) {
+        let changed = apply_config(&mut self.peers, update, |mut p| {
+            p.status = None;
+            p.metadata = config_meta(p.metadata);
+            p
+        });
+        self.changes.config |= changed;
+    }
+
+    /// A `Community` event.
+    pub fn community(&mut self, update: Update<Community>) {
+        let changed = apply_config(&mut self.communities, update, |mut c| {
+            c.status = None;
+            c.metadata = config_meta(c.metadata);
+            c
+        });
+        self.changes.config |= changed;
+    }
+
+    /// A Secret event (install namespace: TCP-MD5 passwords, the gossip key).
+    pub fn secret(&mut self, update: Update<Secret>) {
+        let changed = apply_config(&mut self.secrets, update, |mut s| {
+            s.metadata = config_meta(s.metadata);
+            s
+        });
+        self.changes.config |= changed;
+    }
+
+    fn derive_config(&mut self) {
+        let pools: Vec<IPAddressPool> = sorted(&self.pools);
+        let l2: Vec<L2Advertisement> = sorted(&self.l2);
+        let bgp: Vec<BGPAdvertisement> = sorted(&self.bgp);
+        let peers: Vec<BGPPeer> = sorted(&self.peers);
+        let communities: Vec<Community> = sorted(&self.communities);
+        self.config = Config {
+            pools: convert::pool_infos(&pools),
+            l2: l2.iter().map(convert::l2_advertisement_info).collect(),
+            bgp: convert::bgp_advertisements(&bgp, &communities),
+            peers: convert::bgp_peer_infos(&peers),
+        };
+    }
+
+    // ---- planner input ----
+
+    /// The configuration kinds as the planners read them (as of the last
+    /// [`Cluster::take_changes`]).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Nodes by name.
+    pub fn nodes(&self) -> &BTreeMap<String, NodeInfo> {
+        &self.node_infos
+    }
+
+    /// The Service `key` with its endpoints merged from all its slices, when FerroLB handles it.
+    pub fn service_info(&self, key: &ServiceKey) -> Option<ServiceInfo> {
+        let rec = self
+            .services
+            .get(&format!("{}/{}", key.namespace, key.name))?;
+        Some(self.info_of(rec))
+    }
+
+    fn info_of(&self, rec: &ServiceRec) -> ServiceInfo {
+        let endpoints = self
+            .slices_by_service
+            .get(&rec.key)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.slices.get(k))
+            .flat_map(|s| s.endpoints.iter().cloned())
+            .collect();
+        ServiceInfo {
+            key: rec.key.clone(),
+            ingress: rec.ingress.clone(),
+            local_traffic_policy: rec.local_traffic_policy,
+            endpoints,
+        }
+    }
+
+    /// The Services holding `ip`, sorted.
+    pub fn services_at(&self, ip: IpAddr) -> impl Iterator<Item = &ServiceKey> {
+        self.services_by_ip.get(&ip).into_iter().flatten()
+    }
+
+    /// Every Service address.
+    pub fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.services_by_ip.keys().copied()
+    }
+
+    /// Every Service FerroLB handles.
+    pub fn service_keys(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.services.values().map(|r| &r.key)
+    }
+
+    /// The kept record of Service `key`.
+    pub fn service_rec(&self, key: &ServiceKey) -> Option<&ServiceRec> {
+        self.services
+            .get(&format!("{}/{}", key.namespace, key.name))
+    }
+
+    /// How many Services FerroLB handles.
+    pub fn service_count(&self) -> usize {
+        self.services.len()
+    }
+
+    /// The speaker Pods.
+    pub fn speaker_pods(&self) -> impl Iterator<Item = &SpeakerPod> {
+        self.pods.values()
+    }
+
+    /// The Nodes whose `Ready` condition is `True`.
+    pub fn ready_nodes(&self) -> BTreeSet<String> {
+        self.nodes
+            .values()
+            .filter(|n| n.ready)
+            .map(|n| n.info.name.clone())
+            .collect()
+    }
+
+    /// The `BGPPeer` objects, sorted by name.
+    pub fn peer_objects(&self) -> Vec<BGPPeer> {
+        sorted(&self.peers)
+    }
+
+    /// The Secrets of the install namespace.
+    pub fn secret_objects(&self) -> Vec<Secret> {
+        sorted(&self.secrets)
+    }
+
+    /// The whole model as the reference planners' snapshot (tests and diagnostics: this costs
+    /// work proportional to the cluster).
+    pub fn snapshot(
+        &self,
+        live: BTreeSet<String>,
+        unable: BTreeMap<String, BTreeSet<IpAddr>>,
+    ) -> Snapshot {
+        let mut services: Vec<ServiceInfo> =
+            self.services.values().map(|r| self.info_of(r)).collect();
+        services.sort_by(|a, b| a.key.cmp(&b.key));
+        Snapshot {
+            services,
+            nodes: self.node_infos.clone(),
+            pools: self.config.pools.clone(),
+            l2_advertisements: self.config.l2.clone(),
+            live_speakers: live,
+            this_node: self.scope.this_node.clone(),
+            unable,
+        }
+    }
+}
+
+fn slice_rec(slice: &EndpointSlice) -> Option<SliceRec> {
+    let service = slice
+        .labels()
+        .get(ferrolb_api::names::SERVICE_NAME_LABEL)?
+        .clone();
+    Some(SliceRec {
+        service: ServiceKey::new(slice.namespace().unwrap_or_default(), service),
+        endpoints: convert::endpoints(slice),
+    })
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// What configuration objects keep of their metadata: identity, labels (selectors) and the
+/// creation time (older pools win overlaps).
+fn config_meta(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        labels: meta.labels,
+        creation_timestamp: meta.creation_timestamp,
+        uid: meta.uid,
+        ..ObjectMeta::default()
+    }
+}
+
+/// A configuration object as kept, compared on what the speaker reads (metadata as kept and
+/// spec), so a status write by the controller is not a change.
+#[derive(Clone, Debug)]
+pub struct Kept<K>(pub K);
+
+macro_rules! kept_eq {
+    ($($kind:ty),*) => {$(
+        impl PartialEq for Kept<$kind> {
+            fn eq(&self, other: &Self) -> bool {
+                self.0.metadata == other.0.metadata && self.0.spec == other.0.spec
+            }
+        }
+    )*};
+}
+kept_eq!(
+    IPAddressPool,
+    L2Advertisement,
+    BGPAdvertisement,
+    BGPPeer,
+    Community
+);
+
+impl PartialEq for Kept<Secret> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+fn apply_config<K: kube::Resource>(
+    table: &mut Table<Kept<K>>,
+    update: Update<K>,
+    strip: impl Fn(K) -> K,
+) -> bool
+where
+    Kept<K>: PartialEq,
+{
+    match update {
+        Update::Restart => {
+            table.restart();
+            false
+        }
+        Update::Synced => !table.synced().is_empty(),
+        Update::Apply(obj) => {
+            let key = key_of(obj.meta());
+            table.upsert(key, Kept(strip(obj))).is_some()
+        }
+        Update::Delete(obj) => table.remove(&key_of(obj.meta())).is_some(),
+    }
+}
+
+fn sorted<K: Clone>(table: &Table<Kept<K>>) -> Vec<K> {
+    let mut rows: Vec<(&String, &Kept<K>)> = table.iter().collect();
+    rows.sort_by(|a, b| a.0.cmp(b.0));
+    rows.into_iter().map(|(_, v)| v.0.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+pub(crate) mod fixtures;

@@ -1,0 +1,185 @@
+use super::fixtures::*;
+use super::*;
+
+fn cluster() -> Cluster {
+    let mut c = Cluster::new(Scope {
+        this_node: "node-a".into(),
+        class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+        ignore_unclassed: false,
+    });
+    c.take_changes();
+    c
+}
+
+#[test]
+fn an_endpointslice_of_a_service_we_do_not_handle_changes_nothing() {
+    let mut c = cluster();
+    c.service(Update::Apply(cluster_ip_service("default", "internal")));
+    c.slice(Update::Apply(slice(
+        "default",
+        "internal-1",
+        "internal",
+        &[("node-a", true)],
+    )));
+    assert!(c.take_changes().is_empty());
+    assert_eq!(c.service_count(), 0);
+}
+
+#[test]
+fn an_endpointslice_change_marks_only_its_service() {
+    let mut c = cluster();
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    c.service(Update::Apply(service(
+        "default",
+        "api",
+        &["10.0.0.2"],
+        false,
+    )));
+    c.take_changes();
+    c.slice(Update::Apply(slice(
+        "default",
+        "web-1",
+        "web",
+        &[("node-a", true)],
+    )));
+    let changes = c.take_changes();
+    assert_eq!(
+        changes.services,
+        BTreeSet::from([ServiceKey::new("default", "web")])
+    );
+    assert!(!changes.config);
+    let web = c.service_info(&ServiceKey::new("default", "web")).unwrap();
+    assert_eq!(web.endpoints.len(), 1);
+}
+
+#[test]
+fn endpoints_of_a_slice_seen_before_its_service_are_merged_when_the_service_arrives() {
+    let mut c = cluster();
+    c.slice(Update::Apply(slice(
+        "default",
+        "web-1",
+        "web",
+        &[("node-b", true)],
+    )));
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    let web = c.service_info(&ServiceKey::new("default", "web")).unwrap();
+    assert_eq!(web.endpoints[0].node_name.as_deref(), Some("node-b"));
+}
+
+#[test]
+fn a_node_heartbeat_that_changes_nothing_the_planners_read_is_not_a_change() {
+    let mut c = cluster();
+    c.node(Update::Apply(node("node-a", &[("rack", "1")])));
+    assert!(c.take_changes().config);
+    let mut again = node("node-a", &[("rack", "1")]);
+    again.metadata.resource_version = Some("99".into());
+    c.node(Update::Apply(again));
+    assert!(c.take_changes().is_empty());
+    c.node(Update::Apply(node("node-a", &[("rack", "2")])));
+    assert!(c.take_changes().config);
+}
+
+#[test]
+fn a_pool_status_write_is_not_a_configuration_change() {
+    let mut c = cluster();
+    c.pool(Update::Apply(pool("public", &["10.0.0.0/24"])));
+    assert!(c.take_changes().config);
+    let mut with_status = pool("public", &["10.0.0.0/24"]);
+    with_status.status = Some(Default::default());
+    with_status.metadata.generation = Some(3);
+    c.pool(Update::Apply(with_status));
+    assert!(c.take_changes().is_empty());
+}
+
+#[test]
+fn a_relist_removes_the_services_deleted_while_the_watch_was_down() {
+    let mut c = cluster();
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    c.service(Update::Apply(service(
+        "default",
+        "gone",
+        &["10.0.0.2"],
+        false,
+    )));
+    c.take_changes();
+    c.service(Update::Restart);
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    c.service(Update::Synced);
+    let changes = c.take_changes();
+    assert_eq!(
+        changes.services,
+        BTreeSet::from([ServiceKey::new("default", "gone")])
+    );
+    assert_eq!(c.services_at("10.0.0.2".parse().unwrap()).count(), 0);
+    assert_eq!(c.services_at("10.0.0.1".parse().unwrap()).count(), 1);
+}
+
+#[test]
+fn a_service_turned_into_a_cluster_ip_is_forgotten() {
+    let mut c = cluster();
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    c.take_changes();
+    c.service(Update::Apply(cluster_ip_service("default", "web")));
+    assert_eq!(c.take_changes().services.len(), 1);
+    assert_eq!(c.service_count(), 0);
+    assert_eq!(c.addresses().count(), 0);
+}
+
+#[test]
+fn with_ignore_unclassed_a_service_without_class_is_not_kept() {
+    let mut c = Cluster::new(Scope {
+        this_node: "node-a".into(),
+        class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+        ignore_unclassed: true,
+    });
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    assert_eq!(c.service_count(), 0);
+}
+
+#[test]
+fn the_model_is_synced_only_when_every_kind_has_listed() {
+    let mut c = cluster();
+    c.service(Update::Synced);
+    c.slice(Update::Synced);
+    c.node(Update::Synced);
+    c.speaker_pod(Update::Synced);
+    c.pool(Update::Synced);
+    c.l2_advertisement(Update::Synced);
+    c.bgp_advertisement(Update::Synced);
+    c.peer(Update::Synced);
+    c.community(Update::Synced);
+    assert!(!c.synced());
+    assert_eq!(c.unsynced(), ["secrets"]);
+    c.secret(Update::Synced);
+    assert!(c.synced());
+}

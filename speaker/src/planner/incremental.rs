@@ -1,0 +1,464 @@
+//! The plans kept up to date one change at a time, for the speaker's sync loop. Pure: no I/O,
+//! no clock. [`super::plan_l2`] and [`super::bgp::plan_bgp`] stay the reference: the trackers
+//! must always hold what they would compute from the whole cluster (tested below on random
+//! change sequences).
+//!
+//! ```text
+//!  Cluster + Changes ──► L2Tracker::update ──► owned addresses, Services whose layer-2 state moved
+//!  live set, unable  ─┘        (addresses of the changed Services; on a live-set change only
+//!                               the addresses a leaving node owned or a joining node outranks)
+//!  Cluster + Changes ──► BgpTracker::update ──► per-peer advertisements, Services that moved
+//!                              (routes of the changed Services only)
+//! ```
+//!
+//! # Cost
+//! - A Service or EndpointSlice change: that Service's addresses; each address costs one score
+//!   per candidate node (for `externalTrafficPolicy: Local`, per node with a local endpoint).
+//! - A live-set change: one score per address and joining node, plus the full decision for the
+//!   addresses a leaving node owned.
+//! - A configuration or Node change: everything (rare; pools, advertisements and node labels
+//!   decide every address).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::NotAnnounced;
+use super::bgp::{BgpNode, ServiceRoutes, merge_routes, service_routes};
+use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce};
+use super::input::{L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
+use super::l2::Interfaces;
+use crate::bgp::config::{Advertisement, RouteAttrs};
+use crate::cluster::{Changes, Cluster};
+use crate::l2::election;
+
+/// Addresses a node owns but cannot answer for (no usable interface), by node: such a node is
+/// not a candidate for them.
+pub type Unable = BTreeMap<String, BTreeSet<IpAddr>>;
+
+/// The layer-2 decision for one address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The Services holding it, sorted.
+    pub services: Vec<ServiceKey>,
+    /// The owner, or why there is none.
+    pub owner: Result<String, NotAnnounced>,
+    /// Where this node answers (meaningful only when it is the owner).
+    pub interfaces: Interfaces,
+}
+
+/// Candidates of one pool: the nodes that may announce, are selected by an advertisement
+/// covering the pool, are live, and what the pool's advertisements are.
+#[derive(Debug, Default)]
+struct PoolCandidates {
+    advertisements: Vec<usize>,
+    nodes: BTreeSet<String>,
+}
+
+/// What one [`L2Tracker::update`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct L2Update {
+    /// This node's owned addresses changed.
+    pub owned_changed: bool,
+    /// Services whose layer-2 state on this node may have changed (to rewrite their status).
+    pub services: BTreeSet<ServiceKey>,
+    /// Addresses decided again.
+    pub decided: usize,
+}
+
+/// The layer-2 plan, kept up to date.
+#[derive(Debug, Default)]
+pub struct L2Tracker {
+    decisions: HashMap<IpAddr, Decision>,
+    ips_of: HashMap<ServiceKey, Vec<IpAddr>>,
+    owned: BTreeMap<IpAddr, Interfaces>,
+    pools: HashMap<String, PoolCandidates>,
+    live: BTreeSet<String>,
+    unable: Unable,
+    initialised: bool,
+}
+
+impl L2Tracker {
+    /// A tracker that has decided nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The addresses this node owns, with where to answer.
+    pub fn owned(&self) -> &BTreeMap<IpAddr, Interfaces> {
+        &self.owned
+    }
+
+    /// The decision for `ip`.
+    pub fn decision(&self, ip: IpAddr) -> Option<&Decision> {
+        self.decisions.get(&ip)
+    }
+
+    /// Every decision, in no particular order.
+    pub fn decisions(&self) -> impl Iterator<Item = (&IpAddr, &Decision)> {
+        self.decisions.iter()
+    }
+
+    /// Brings the plan in line with `cluster` after `changes`, the live speakers and the
+    /// addresses nodes reported they cannot answer for.
+    pub fn update(
+        &mut self,
+        cluster: &Cluster,
+        changes: &Changes,
+        live: &BTreeSet<String>,
+        unable: &Unable,
+    ) -> L2Update {
+        let full = !self.initialised || changes.config;
+        let live_changed = *live != self.live;
+        let unable_changed = *unable != self.unable;
+        let mut affected: HashSet<IpAddr> = HashSet::new();
+        if full {
+            affected.extend(cluster.addresses());
+            affected.extend(self.decisions.keys().copied());
+        } else {
+            for key in &changes.services {
+                affected.extend(self.ips_of.get(key).into_iter().flatten().copied());
+                if let Some(info) = cluster.service_info(key) {
+                    affected.extend(info.ingress.iter().copied());
+                }
+            }
+            if live_changed {
+                let left: BTreeSet<&String> = self.live.difference(live).collect();
+                let joined: Vec<&String> = live.difference(&self.live).collect();
+                for (ip, d) in &self.decisions {
+                    let redo = match &d.owner {
+                        Ok(owner) => {
+                            left.contains(owner) || joined.iter().any(|j| outranks(j, owner, *ip))
+                        }
+                        Err(NotAnnounced::NoEligibleNode) => !joined.is_empty(),
+                        Err(_) => false,
+                    };
+                    if redo {
+                        affected.insert(*ip);
+                    }
+                }
+            }
+            if unable_changed {
+                let nodes: BTreeSet<&String> = self.unable.keys().chain(unable.keys()).collect();
+                let empty = BTreeSet::new();
+                for node in nodes {
+                    let old = self.unable.get(node).unwrap_or(&empty);
+                    let new = unable.get(node).unwrap_or(&empty);
+                    affected.extend(old.symmetric_difference(new).copied());
+                }
+            }
+        }
+        if full || live_changed || unable_changed {
+            self.live = live.clone();
+            self.unable = unable.clone();
+            self.pools = pool_candidates(cluster, live);
+        }
+        self.initialised = true;
+        for key in &changes.services {
+            match cluster.service_info(key) {
+                Some(info) => {
+                    self.ips_of.insert(key.clone(), info.ingress);
+                }
+                None => {
+                    self.ips_of.remove(key);
+                }
+            }
+        }
+        if full {
+            self.ips_of = cluster
+                .service_keys()
+                .filter_map(|k| Some((k.clone(), cluster.service_info(k)?.ingress)))
+                .collect();
+        }
+        let mut out = L2Update {
+            decided: affected.len(),
+            ..L2Update::default()
+        };
+        let me = cluster.scope().this_node.as_str();
+        for ip in affected {
+            let new = self.decide(cluster, ip);
+            let old = match &new {
+                Some(d) => self.decisions.insert(ip, d.clone()),
+                None => self.decisions.remove(&ip),
+            };
+            let was_mine = old.as_ref().is_some_and(|d| is_mine(d, me));
+            let is_mine_now = new.as_ref().is_some_and(|d| is_mine(d, me));
+            if is_mine_now {
+                let ifs = new.as_ref().map(|d| d.interfaces.clone());
+                if self.owned.get(&ip) != ifs.as_ref() {
+                    out.owned_changed = true;
+                }
+                self.owned.insert(ip, ifs.unwrap_or(Interfaces::BySubnet));
+            } else if self.owned.remove(&ip).is_some() {
+                out.owned_changed = true;
+            }
+            if was_mine
+                || is_mine_now
+                || old.as_ref().map(|d| &d.services) != new.as_ref().map(|d| &d.services)
+            {
+                for d in old.iter().chain(new.iter()) {
+                    out.services.extend(d.services.iter().cloned());
+                }
+            }
+        }
+        out
+    }
+
+    fn decide(&self, cluster: &Cluster, ip: IpAddr) -> Option<Decision> {
+        let services: Vec<ServiceInfo> = cluster
+            .services_at(ip)
+            .filter_map(|k| cluster.service_info(k))
+            .collect();
+        if services.is_empty() {
+            return None;
+        }
+        let mut d = Decision {
+            services: services.iter().map(|s| s.key.clone()).collect(),
+            owner: Err(NotAnnounced::NotInAnyPool),
+            interfaces: Interfaces::BySubnet,
+        };
+        let config = cluster.config();
+        let Some(pool) = config.pools.iter().find(|p| p.contains(ip)) else {
+            return Some(d);
+        };
+        let candidates = self.pools.get(&pool.name);
+        let Some(pc) = candidates.filter(|pc| !pc.advertisements.is_empty()) else {
+            d.owner = Err(NotAnnounced::NoMatchingAdvertisement);
+            return Some(d);
+        };
+        let serving: Vec<&ServiceInfo> = services
+            .iter()
+            .filter(|s| has_usable_endpoints(s))
+            .collect();
+        if serving.is_empty() {
+            d.owner = Err(NotAnnounced::NoReadyEndpoints);
+            return Some(d);
+        }
+        // With `externalTrafficPolicy: Local`, only nodes with a usable endpoint of every such
+        // Service on the address: walk those (few) instead of every node.
+        let local_sets: Vec<BTreeSet<&str>> = serving
+            .iter()
+            .filter(|s| s.local_traffic_policy)
+            .map(|s| {
+                s.endpoints
+                    .iter()
+                    .filter(|e| e.usable())
+                    .filter_map(|e| e.node_name.as_deref())
+                    .collect()
+            })
+            .collect();
+        let allowed = |n: &str| {
+            pc.nodes.contains(n)
+                && local_sets.iter().all(|s| s.contains(n))
+                && !self.unable.get(n).is_some_and(|u| u.contains(&ip))
+        };
+        let owner = match local_sets.iter().min_by_key(|s| s.len()) {
+            Some(smallest) => election::owner(ip, smallest.iter().copied().filter(|n| allowed(n))),
+            None => election::owner(
+                ip,
+                pc.nodes.iter().map(String::as_str).filter(|n| allowed(n)),
+            ),
+        };
+        let Some(owner) = owner else {
+            d.owner = Err(NotAnnounced::NoEligibleNode);
+            return Some(d);
+        };
+        if owner == cluster.scope().this_node {
+            let advs: Vec<&L2AdvertisementInfo> =
+                pc.advertisements.iter().map(|i| &config.l2[*i]).collect();
+            d.interfaces = owner_interfaces(&advs, cluster.nodes().get(owner));
+        }
+        d.owner = Ok(owner.to_owned());
+        Some(d)
+    }
+}
+
+fn is_mine(d: &Decision, me: &str) -> bool {
+    d.owner.as_deref() == Ok(me)
+}
+
+/// Whether `challenger` would win `ip` over `owner` (the election's order).
+fn outranks(challenger: &str, owner: &str, ip: IpAddr) -> bool {
+    election::owner(ip, [challenger, owner]) == Some(challenger) && challenger != owner
+}
+
+fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String, PoolCandidates> {
+    let config = cluster.config();
+    let nodes = cluster.nodes();
+    config
+        .pools
+        .iter()
+        .map(|pool| {
+            let advertisements: Vec<usize> = config
+                .l2
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.selects_pool(pool))
+                .map(|(i, _)| i)
+                .collect();
+            let eligible = |n: &NodeInfo| {
+                node_may_announce(n).is_ok()
+                    && advertisements.iter().any(|i| config.l2[*i].selects_node(n))
+                    && live.contains(&n.name)
+            };
+            let nodes = nodes
+                .values()
+                .filter(|n| eligible(n))
+                .map(|n| n.name.clone())
+                .collect();
+            (
+                pool.name.clone(),
+                PoolCandidates {
+                    advertisements,
+                    nodes,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The interfaces the owner answers on: the union of `interfaces` over the advertisements that
+/// select it; any of them without `interfaces` means the default choice.
+pub(super) fn owner_interfaces(
+    advs: &[&L2AdvertisementInfo],
+    owner: Option<&NodeInfo>,
+) -> Interfaces {
+    let mut named = BTreeSet::new();
+    for adv in advs
+        .iter()
+        .filter(|a| owner.is_some_and(|n| a.selects_node(n)))
+    {
+        if adv.interfaces.is_empty() {
+            return Interfaces::BySubnet;
+        }
+        named.extend(adv.interfaces.iter().cloned());
+    }
+    if named.is_empty() {
+        Interfaces::BySubnet
+    } else {
+        Interfaces::Named(named)
+    }
+}
+
+/// What one [`BgpTracker::update`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BgpUpdate {
+    /// Peers whose advertisements changed.
+    pub peers: BTreeSet<String>,
+    /// Services whose BGP state on this node changed.
+    pub services: BTreeSet<ServiceKey>,
+}
+
+/// This node's BGP announcements, kept up to date.
+#[derive(Debug, Default)]
+pub struct BgpTracker {
+    per_service: HashMap<ServiceKey, ServiceRoutes>,
+    routes: BTreeMap<String, BTreeMap<IpNet, BTreeMap<ServiceKey, RouteAttrs>>>,
+    peers: BTreeSet<String>,
+    initialised: bool,
+}
+
+impl BgpTracker {
+    /// A tracker that announces nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The peers (by `BGPPeer` name) whose `nodeSelectors` select this node.
+    pub fn peers(&self) -> &BTreeSet<String> {
+        &self.peers
+    }
+
+    /// The advertisements for `peer`, attributes merged per prefix.
+    pub fn advertisements(&self, peer: &str) -> Vec<Advertisement> {
+        let Some(prefixes) = self.routes.get(peer) else {
+            return Vec::new();
+        };
+        merge_routes(
+            prefixes
+                .iter()
+                .flat_map(|(p, by_svc)| by_svc.values().map(move |a| (p, a))),
+        )
+    }
+
+    /// The peers `key`'s addresses are announced to from this node, or why not.
+    pub fn service(&self, key: &ServiceKey) -> Option<&Result<BTreeSet<String>, NotEligible>> {
+        self.per_service.get(key).map(|r| &r.announced_to)
+    }
+
+    /// Brings the announcements in line with `cluster` after `changes`.
+    pub fn update(&mut self, cluster: &Cluster, changes: &Changes) -> BgpUpdate {
+        let config = cluster.config();
+        let me = cluster.scope().this_node.as_str();
+        let node = BgpNode::new(me, cluster.nodes(), &config.peers);
+        let mut out = BgpUpdate::default();
+        let full = !self.initialised || changes.config;
+        let keys: Vec<ServiceKey> = if full {
+            let peers: BTreeSet<String> = node.peers.iter().map(|p| p.name.clone()).collect();
+            out.peers
+                .extend(self.peers.symmetric_difference(&peers).cloned());
+            self.peers = peers;
+            self.per_service
+                .keys()
+                .cloned()
+                .chain(cluster.service_keys().cloned())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        } else {
+            changes.services.iter().cloned().collect()
+        };
+        self.initialised = true;
+        for key in keys {
+            let new = cluster
+                .service_info(&key)
+                .map(|svc| service_routes(&node, &config.pools, &config.bgp, &svc));
+            let old = self.per_service.remove(&key);
+            let (old_routes, old_to) = match old {
+                Some(r) => (r.routes, Some(r.announced_to)),
+                None => (Vec::new(), None),
+            };
+            let new_to = new.as_ref().map(|n| n.announced_to.clone());
+            if old_to != new_to {
+                out.services.insert(key.clone());
+            }
+            for (peer, prefix, _) in &old_routes {
+                if let Some(by_prefix) = self.routes.get_mut(peer)
+                    && let Some(by_svc) = by_prefix.get_mut(prefix)
+                {
+                    by_svc.remove(&key);
+                    if by_svc.is_empty() {
+                        by_prefix.remove(prefix);
+                    }
+                    out.peers.insert(peer.clone());
+                }
+            }
+            if let Some(new) = new {
+                for (peer, prefix, attrs) in &new.routes {
+                    let slot = self
+                        .routes
+                        .entry(peer.clone())
+                        .or_default()
+                        .entry(*prefix)
+                        .or_default();
+                    // One Service may reach a prefix twice (two addresses in one aggregate).
+                    slot.entry(key.clone())
+                        .and_modify(|a| a.merge(attrs))
+                        .or_insert_with(|| attrs.clone());
+                    out.peers.insert(peer.clone());
+                }
+                if old_routes != new.routes {
+                    out.services.insert(key.clone());
+                }
+                self.per_service.insert(key, new);
+            }
+        }
+        let peers = &self.peers;
+        self.routes.retain(|p, _| peers.contains(p));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

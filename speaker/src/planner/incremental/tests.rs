@@ -1,0 +1,260 @@
+//! The trackers against the reference planners on random change sequences: after every change
+//! the kept plan equals the plan computed from the whole cluster.
+
+use super::*;
+use crate::cluster::fixtures::*;
+use crate::cluster::{Scope, Update};
+use crate::planner::bgp::plan_bgp;
+use crate::planner::plan_l2;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const NODES: [&str; 6] = ["node-a", "node-b", "node-c", "node-d", "node-e", "node-f"];
+
+struct World {
+    cluster: Cluster,
+    l2: L2Tracker,
+    bgp: BgpTracker,
+    live: BTreeSet<String>,
+    unable: Unable,
+}
+
+impl World {
+    fn new(me: &str) -> Self {
+        let mut cluster = Cluster::new(Scope {
+            this_node: me.into(),
+            class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+            ignore_unclassed: false,
+        });
+        for n in NODES {
+            cluster.node(Update::Apply(node(n, &[("rack", "1")])));
+        }
+        cluster.pool(Update::Apply(pool("v4", &["10.0.0.0/28"])));
+        cluster.pool(Update::Apply(pool("v6", &["fd00::/124"])));
+        cluster.l2_advertisement(Update::Apply(l2_advertisement("all", &[], None)));
+        cluster.bgp_advertisement(Update::Apply(bgp_advertisement("all", None)));
+        cluster.peer(Update::Apply(peer("tor", "192.0.2.1")));
+        World {
+            cluster,
+            l2: L2Tracker::new(),
+            bgp: BgpTracker::new(),
+            live: NODES.iter().map(|n| n.to_string()).collect(),
+            unable: Unable::new(),
+        }
+    }
+
+    fn step(&mut self) -> (L2Update, BgpUpdate) {
+        let changes = self.cluster.take_changes();
+        let l2 = self
+            .l2
+            .update(&self.cluster, &changes, &self.live, &self.unable);
+        let bgp = self.bgp.update(&self.cluster, &changes);
+        (l2, bgp)
+    }
+
+    fn check(&self, context: &str) {
+        let snap = self
+            .cluster
+            .snapshot(self.live.clone(), self.unable.clone());
+        let want = plan_l2(&snap);
+        assert_eq!(self.l2.owned(), &want.owned, "{context}: owned addresses");
+        for (ip, plan) in &want.addresses {
+            let got = self
+                .l2
+                .decision(*ip)
+                .unwrap_or_else(|| panic!("{context}: {ip} undecided"));
+            assert_eq!(got.owner, plan.owner, "{context}: owner of {ip}");
+            assert_eq!(got.services, plan.services, "{context}: services of {ip}");
+        }
+        assert_eq!(
+            self.l2.decisions().count(),
+            want.addresses.len(),
+            "{context}: addresses"
+        );
+        let config = self.cluster.config();
+        let want = plan_bgp(&snap, &config.bgp, &config.peers);
+        for (peer, ads) in &want.per_peer {
+            assert_eq!(
+                &self.bgp.advertisements(peer),
+                ads,
+                "{context}: routes to {peer}"
+            );
+        }
+        for (key, peers) in &want.per_service {
+            assert_eq!(
+                self.bgp.service(key),
+                Some(&Ok(peers.clone())),
+                "{context}: {key}"
+            );
+        }
+    }
+}
+
+fn random_ips(rng: &mut StdRng) -> Vec<String> {
+    let n = rng.random_range(1..=2);
+    (0..n)
+        .map(|_| {
+            if rng.random_bool(0.5) {
+                format!("10.0.0.{}", rng.random_range(0..20)) // some outside the /28
+            } else {
+                format!("fd00::{:x}", rng.random_range(0..16))
+            }
+        })
+        .collect()
+}
+
+fn random_change(w: &mut World, rng: &mut StdRng) -> String {
+    let svc = format!("svc-{}", rng.random_range(0..12));
+    let node_name = NODES[rng.random_range(0..NODES.len())];
+    match rng.random_range(0..100) {
+        0..30 => {
+            let ips = random_ips(rng);
+            let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+            let local = rng.random_bool(0.3);
+            w.cluster
+                .service(Update::Apply(service("default", &svc, &refs, local)));
+            format!("service {svc} {ips:?} local={local}")
+        }
+        30..38 => {
+            w.cluster
+                .service(Update::Delete(service("default", &svc, &[], false)));
+            format!("delete service {svc}")
+        }
+        38..60 => {
+            let eps: Vec<(&str, bool)> = (0..rng.random_range(0..3))
+                .map(|_| {
+                    (
+                        NODES[rng.random_range(0..NODES.len())],
+                        rng.random_bool(0.8),
+                    )
+                })
+                .collect();
+            let name = format!("{svc}-{}", rng.random_range(0..2));
+            w.cluster
+                .slice(Update::Apply(slice("default", &name, &svc, &eps)));
+            format!("slice {name} {eps:?}")
+        }
+        60..65 => {
+            let name = format!("{svc}-{}", rng.random_range(0..2));
+            w.cluster
+                .slice(Update::Delete(slice("default", &name, &svc, &[])));
+            format!("delete slice {name}")
+        }
+        65..80 => {
+            if !w.live.remove(node_name) {
+                w.live.insert(node_name.into());
+            }
+            format!("live {:?}", w.live)
+        }
+        80..86 => {
+            let ip: IpAddr = format!("10.0.0.{}", rng.random_range(0..16))
+                .parse()
+                .unwrap();
+            let set = w.unable.entry(node_name.into()).or_default();
+            if !set.remove(&ip) {
+                set.insert(ip);
+            }
+            if set.is_empty() {
+                w.unable.remove(node_name);
+            }
+            format!("unable {:?}", w.unable)
+        }
+        86..92 => {
+            let rack = if rng.random_bool(0.5) { "1" } else { "2" };
+            let mut labels = vec![("rack", rack)];
+            if rng.random_bool(0.2) {
+                labels.push((ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB, ""));
+            }
+            w.cluster.node(Update::Apply(node(node_name, &labels)));
+            format!("node {node_name} {labels:?}")
+        }
+        92..96 => {
+            let selector = rng.random_bool(0.5).then_some(("rack", "1"));
+            w.cluster
+                .l2_advertisement(Update::Apply(l2_advertisement("all", &[], selector)));
+            format!("l2 advertisement selector {selector:?}")
+        }
+        _ => {
+            let len = rng.random_bool(0.5).then_some(30);
+            w.cluster
+                .bgp_advertisement(Update::Apply(bgp_advertisement("all", len)));
+            format!("bgp aggregation {len:?}")
+        }
+    }
+}
+
+#[test]
+fn the_kept_plans_equal_the_reference_plans_after_every_random_change() {
+    for seed in 0..40u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let me = NODES[(seed as usize) % NODES.len()];
+        let mut w = World::new(me);
+        w.step();
+        w.check(&format!("seed {seed} start"));
+        for i in 0..150 {
+            let what = random_change(&mut w, &mut rng);
+            w.step();
+            w.check(&format!("seed {seed} step {i} ({what}) on {me}"));
+        }
+    }
+}
+
+#[test]
+fn a_change_to_one_service_decides_only_its_addresses() {
+    let mut w = World::new("node-a");
+    for i in 0..10 {
+        let ip = format!("10.0.0.{i}");
+        w.cluster.service(Update::Apply(service(
+            "default",
+            &format!("s{i}"),
+            &[&ip],
+            false,
+        )));
+        w.cluster.slice(Update::Apply(slice(
+            "default",
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            &[("node-b", true)],
+        )));
+    }
+    w.step();
+    w.cluster.slice(Update::Apply(slice(
+        "default",
+        "s3-1",
+        "s3",
+        &[("node-c", true)],
+    )));
+    let (l2, bgp) = w.step();
+    assert_eq!(l2.decided, 1);
+    assert!(bgp.services.is_empty(), "the same routes: {bgp:?}");
+    w.check("after one slice change");
+}
+
+#[test]
+fn a_leaving_node_redecides_only_the_addresses_it_owned() {
+    let mut w = World::new("node-a");
+    for i in 0..14 {
+        let ip = format!("10.0.0.{i}");
+        w.cluster.service(Update::Apply(service(
+            "default",
+            &format!("s{i}"),
+            &[&ip],
+            false,
+        )));
+        w.cluster.slice(Update::Apply(slice(
+            "default",
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            &[("node-b", true)],
+        )));
+    }
+    w.step();
+    let owned_by_c =
+        w.l2.decisions()
+            .filter(|(_, d)| d.owner.as_deref() == Ok("node-c"))
+            .count();
+    w.live.remove("node-c");
+    let (l2, _) = w.step();
+    assert_eq!(l2.decided, owned_by_c);
+    w.check("after node-c left");
+}
