@@ -86,27 +86,48 @@ fn epoch() -> f64 {
         .as_secs_f64()
 }
 
-/// The first gratuitous ARP time (epoch seconds, tcpdump's clock) per announced address.
-fn garps(dump: &Path) -> HashMap<Ipv4Addr, f64> {
-    let text = std::fs::read_to_string(dump).unwrap_or_default();
-    let mut first = HashMap::new();
-    for line in text.lines() {
-        let Some((ts, rest)) = line.split_once(' ') else {
-            continue;
-        };
-        let Ok(ts) = ts.parse::<f64>() else { continue };
-        // Gratuitous: "Request who-has X tell X" or "Reply X is-at ...".
-        let target = rest
-            .split_once("who-has ")
-            .map(|(_, r)| r)
-            .or_else(|| rest.split_once("Reply ").map(|(_, r)| r))
-            .and_then(|r| r.split([' ', ',']).next())
-            .and_then(|ip| ip.parse::<Ipv4Addr>().ok());
-        if let Some(ip) = target {
-            first.entry(ip).or_insert(ts);
+/// The first gratuitous ARP time (epoch seconds, tcpdump's clock) per announced address, read
+/// from tcpdump's output as it grows (each call parses only the new lines).
+struct Garps {
+    path: PathBuf,
+    read: usize,
+    first: HashMap<Ipv4Addr, f64>,
+}
+
+impl Garps {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            read: 0,
+            first: HashMap::new(),
         }
     }
-    first
+
+    fn poll(&mut self) -> &HashMap<Ipv4Addr, f64> {
+        let text = std::fs::read(&self.path).unwrap_or_default();
+        let complete = text[self.read..]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(self.read, |i| self.read + i + 1);
+        for line in String::from_utf8_lossy(&text[self.read..complete]).lines() {
+            let Some((ts, rest)) = line.split_once(' ') else {
+                continue;
+            };
+            let Ok(ts) = ts.parse::<f64>() else { continue };
+            // Gratuitous: "Request who-has X tell X" or "Reply X is-at ...".
+            let target = rest
+                .split_once("who-has ")
+                .map(|(_, r)| r)
+                .or_else(|| rest.split_once("Reply ").map(|(_, r)| r))
+                .and_then(|r| r.split([' ', ',']).next())
+                .and_then(|ip| ip.parse::<Ipv4Addr>().ok());
+            if let Some(ip) = target {
+                self.first.entry(ip).or_insert(ts);
+            }
+        }
+        self.read = complete;
+        &self.first
+    }
 }
 
 async fn create_all<K>(api: Api<K>, objects: Vec<K>)
@@ -276,14 +297,15 @@ fn spawn_speaker(kubeconfig: &Path, log: &Path) -> Child {
         .args(["--metrics-addr", "127.0.0.1:7473", "--log-level", "info"])
         .args(["--log-format", "json"])
         .stdout(std::fs::File::create(log).unwrap())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
         .spawn()
         .expect("speaker binary")
 }
 
 /// The speaker's own figure for "every watch has listed", from its JSON log (`after`).
 fn synced_after(log: &Path) -> Option<Duration> {
-    let text = std::fs::read_to_string(log).ok()?;
+    let text = std::fs::read_to_string(log).ok()?
+        + &std::fs::read_to_string(log.with_extension("err")).ok()?;
     let line = text
         .lines()
         .find(|l| l.contains("every watch has listed"))?;
@@ -363,8 +385,9 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
     // `ip netns exec` execs the speaker, so the pid is the speaker's.
     let wanted: Vec<Ipv4Addr> = (0..n).map(address).collect();
     let deadline = Instant::now() + Duration::from_secs(600);
+    let mut garps = Garps::new(dump.clone());
     let last = loop {
-        let seen = garps(&dump);
+        let seen = garps.poll();
         if wanted.iter().all(|ip| seen.contains_key(ip)) {
             break wanted.iter().map(|ip| seen[ip]).fold(0.0, f64::max);
         }
@@ -410,7 +433,7 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
             .expect("a status patch");
         let until = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(ts) = garps(&dump).get(&ip) {
+            if let Some(ts) = garps.poll().get(&ip) {
                 latencies.push((ts - t0) * 1000.0);
                 break;
             }

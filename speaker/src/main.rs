@@ -83,6 +83,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    ferrolb_telemetry::memory::limit_arenas();
     let args = Args::parse();
     ferrolb_telemetry::init_logging(&args.log_level, args.log_format)?;
     let agent = format!(
@@ -153,6 +154,8 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     info!(after = ?started.elapsed(), "every watch has listed");
+    // The first lists were the largest burst this process sees.
+    ferrolb_telemetry::memory::release_free_memory();
 
     let settings = Settings {
         node: args.node_name.clone(),
@@ -167,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
     let mut gossip_states: Option<watch::Receiver<BTreeMap<String, Vec<u8>>>> = None;
     let mut last_host_read: Option<Instant> = None;
     let mut published_unable = BTreeSet::new();
+    let mut last_trim = Instant::now();
     let run = async {
         loop {
             if gossip.is_none() {
@@ -232,6 +236,10 @@ async fn main() -> anyhow::Result<()> {
             }
             speaker.tick();
             ready.set(true);
+            if last_trim.elapsed() > Duration::from_secs(60) {
+                ferrolb_telemetry::memory::release_free_memory();
+                last_trim = Instant::now();
+            }
             let _ = live_tx.send_if_modified(|v| {
                 let changed = *v != live;
                 *v = live.clone();

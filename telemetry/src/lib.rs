@@ -3,6 +3,7 @@
 //! ready), the Kubernetes client they build, and how they notice they must stop.
 
 pub mod events;
+pub mod memory;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

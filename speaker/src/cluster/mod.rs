@@ -24,8 +24,10 @@ mod table;
 
 pub use table::{Table, Update, key_of};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
@@ -63,11 +65,11 @@ pub struct ServiceRec {
     pub uid: Option<String>,
 }
 
-/// An EndpointSlice as kept.
+/// An EndpointSlice as kept (most belong to Services FerroLB does not handle: it stays small).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceRec {
-    /// The Service it belongs to (`kubernetes.io/service-name` in its namespace).
-    pub service: ServiceKey,
+    /// The name of the Service it belongs to (`kubernetes.io/service-name`, in its namespace).
+    pub service: Box<str>,
     /// Its endpoints.
     pub endpoints: Vec<EndpointInfo>,
 }
@@ -127,8 +129,13 @@ pub struct Cluster {
     peers: Table<Kept<BGPPeer>>,
     communities: Table<Kept<Community>>,
     secrets: Table<Kept<Secret>>,
-    slices_by_service: HashMap<ServiceKey, BTreeSet<String>>,
-    services_by_ip: HashMap<IpAddr, BTreeSet<ServiceKey>>,
+    /// Slice keys by a hash of their Service's key (each candidate is checked against the
+    /// slice's own Service name, so a collision costs a comparison, never a wrong merge).
+    slices_by_service: HashMap<u64, Vec<Box<str>>>,
+    /// Services by address, sorted (a `Vec`: almost every address has one Service).
+    services_by_ip: HashMap<IpAddr, Vec<ServiceKey>>,
+    /// One copy of each node name seen in endpoints.
+    node_names: HashSet<Arc<str>>,
     node_infos: BTreeMap<String, NodeInfo>,
     config: Config,
     changes: Changes,
@@ -152,6 +159,7 @@ impl Cluster {
             secrets: Table::default(),
             slices_by_service: HashMap::new(),
             services_by_ip: HashMap::new(),
+            node_names: HashSet::new(),
             node_infos: BTreeMap::new(),
             config: Config::default(),
             changes: Changes {
@@ -256,18 +264,18 @@ impl Cluster {
 
     fn index_service(&mut self, rec: &ServiceRec) {
         for ip in &rec.ingress {
-            self.services_by_ip
-                .entry(*ip)
-                .or_default()
-                .insert(rec.key.clone());
+            let list = self.services_by_ip.entry(*ip).or_default();
+            if let Err(at) = list.binary_search(&rec.key) {
+                list.insert(at, rec.key.clone());
+            }
         }
     }
 
     fn unindex_service(&mut self, rec: &ServiceRec) {
         for ip in &rec.ingress {
-            if let Some(set) = self.services_by_ip.get_mut(ip) {
-                set.remove(&rec.key);
-                if set.is_empty() {
+            if let Some(list) = self.services_by_ip.get_mut(ip) {
+                list.retain(|k| *k != rec.key);
+                if list.is_empty() {
                     self.services_by_ip.remove(ip);
                 }
             }
@@ -285,7 +293,7 @@ impl Cluster {
             }
             Update::Apply(slice) => {
                 let key = key_of(&slice.metadata);
-                let Some(rec) = slice_rec(&slice) else {
+                let Some(rec) = self.slice_rec(&slice) else {
                     self.remove_slice(&key);
                     return;
                 };
@@ -293,15 +301,36 @@ impl Cluster {
                     if let Some(old) = old {
                         self.unindex_slice(&key, &old);
                     }
-                    self.slices_by_service
-                        .entry(rec.service.clone())
-                        .or_default()
-                        .insert(key);
-                    self.service_endpoints_changed(&rec.service);
+                    let service = slice_service(&key, &rec);
+                    let keys = self
+                        .slices_by_service
+                        .entry(hash_key(&service))
+                        .or_default();
+                    if !keys.iter().any(|k| **k == *key) {
+                        keys.push(key.into_boxed_str());
+                    }
+                    self.service_endpoints_changed(&service);
                 }
             }
             Update::Delete(slice) => self.remove_slice(&key_of(&slice.metadata)),
         }
+    }
+
+    fn slice_rec(&mut self, slice: &EndpointSlice) -> Option<SliceRec> {
+        let service = slice.labels().get(ferrolb_api::names::SERVICE_NAME_LABEL)?;
+        let names = &mut self.node_names;
+        let mut intern = |n: &str| -> Arc<str> {
+            if let Some(shared) = names.get(n) {
+                return shared.clone();
+            }
+            let shared: Arc<str> = n.into();
+            names.insert(shared.clone());
+            shared
+        };
+        Some(SliceRec {
+            service: service.as_str().into(),
+            endpoints: convert::endpoints(slice, &mut intern),
+        })
     }
 
     fn remove_slice(&mut self, key: &str) {
@@ -311,13 +340,15 @@ impl Cluster {
     }
 
     fn unindex_slice(&mut self, key: &str, rec: &SliceRec) {
-        if let Some(set) = self.slices_by_service.get_mut(&rec.service) {
-            set.remove(key);
-            if set.is_empty() {
-                self.slices_by_service.remove(&rec.service);
+        let service = slice_service(key, rec);
+        let h = hash_key(&service);
+        if let Some(keys) = self.slices_by_service.get_mut(&h) {
+            keys.retain(|k| **k != *key);
+            if keys.is_empty() {
+                self.slices_by_service.remove(&h);
             }
         }
-        self.service_endpoints_changed(&rec.service);
+        self.service_endpoints_changed(&service);
     }
 
     /// Endpoints only matter for Services FerroLB keeps; a slice of any other Service is
@@ -488,11 +519,12 @@ impl Cluster {
     fn info_of(&self, rec: &ServiceRec) -> ServiceInfo {
         let endpoints = self
             .slices_by_service
-            .get(&rec.key)
+            .get(&hash_key(&rec.key))
             .into_iter()
             .flatten()
-            .filter_map(|k| self.slices.get(k))
-            .flat_map(|s| s.endpoints.iter().cloned())
+            .filter_map(|k| Some((k, self.slices.get(k)?)))
+            .filter(|(k, s)| slice_service(k, s) == rec.key)
+            .flat_map(|(_, s)| s.endpoints.iter().cloned())
             .collect();
         ServiceInfo {
             key: rec.key.clone(),
@@ -574,15 +606,17 @@ impl Cluster {
     }
 }
 
-fn slice_rec(slice: &EndpointSlice) -> Option<SliceRec> {
-    let service = slice
-        .labels()
-        .get(ferrolb_api::names::SERVICE_NAME_LABEL)?
-        .clone();
-    Some(SliceRec {
-        service: ServiceKey::new(slice.namespace().unwrap_or_default(), service),
-        endpoints: convert::endpoints(slice),
-    })
+/// The key of a slice's Service: the slice's namespace (from its `namespace/name` key) and the
+/// Service name it carries.
+fn slice_service(key: &str, rec: &SliceRec) -> ServiceKey {
+    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+    ServiceKey::new(namespace, &*rec.service)
+}
+
+fn hash_key(key: &ServiceKey) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
 }
 
 fn node_ready(node: &Node) -> bool {

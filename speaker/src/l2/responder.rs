@@ -226,6 +226,78 @@ impl Responder {
         self.reconcile(&mut control, &host).map_or(Ok(()), Err)
     }
 
+    /// Applies changes to the owned set: `Some(interfaces)` sets an address's interfaces,
+    /// `None` stops answering for it. Costs work proportional to the changes when every
+    /// interface named is open already (the usual case: an address came or went); otherwise it
+    /// does what [`Responder::set_owned`] does. The guarantees are [`Responder::set_owned`]'s:
+    /// an address no longer listed is not answered once this returns, and a newly listed pair
+    /// is announced at once and then on schedule.
+    pub fn change_owned(
+        &self,
+        changes: &BTreeMap<IpAddr, Option<Vec<String>>>,
+    ) -> Result<(), L2Error> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut control = lock(&self.control);
+        let ports = lock(&self.inner.ports).clone();
+        let all_open = changes
+            .values()
+            .flatten()
+            .flatten()
+            .all(|name| ports.get(name).is_some_and(|p| !p.is_failed()));
+        let mut removed = Vec::new();
+        let mut added = Vec::new();
+        for (ip, names) in changes {
+            let old = match names {
+                Some(names) => control.wanted.insert(*ip, names.clone()),
+                None => control.wanted.remove(ip),
+            };
+            for name in old.iter().flatten() {
+                if names.as_ref().is_none_or(|n| !n.contains(name)) {
+                    removed.push((*ip, name.clone()));
+                }
+            }
+            for name in names.iter().flatten() {
+                if old.as_ref().is_none_or(|o| !o.contains(name)) {
+                    added.push((*ip, name.clone()));
+                }
+            }
+        }
+        if !all_open {
+            let host = iface::system_interfaces();
+            return self.reconcile(&mut control, &host).map_or(Ok(()), Err);
+        }
+        let view = {
+            let mut guard = self.inner.view.write().unwrap_or_else(|e| e.into_inner());
+            // In place unless a reader holds the previous view this instant.
+            let view = Arc::make_mut(&mut guard);
+            for (ip, name) in &removed {
+                if let Some(set) = view.get_mut(name) {
+                    set.remove(ip);
+                    if set.is_empty() {
+                        view.remove(name);
+                    }
+                }
+            }
+            for (ip, name) in &added {
+                view.entry(name.clone()).or_default().insert(*ip);
+            }
+            guard.clone()
+        };
+        if changes.keys().any(IpAddr::is_ipv6) {
+            self.update_multicast(&view);
+        }
+        if let Some(tx) = &self.announcer_tx {
+            let added = added
+                .into_iter()
+                .filter_map(|(ip, name)| Some((ip, ports.get(&name)?.id, name)))
+                .collect();
+            let _ = tx.send(Command::Delta { added, removed });
+        }
+        Ok(())
+    }
+
     /// Compares every open port with the host's interfaces (`host`, from
     /// [`iface::system_interfaces`], read just before the call: an older view could undo a
     /// reopening that [`Responder::set_owned`] made meanwhile) and repairs what changed: a port whose interface vanished,
@@ -628,6 +700,13 @@ enum Command {
     /// Every owned pair starts its schedule again (membership changed: a node that was cut off
     /// may have answered for our addresses meanwhile, and neighbours may still point at it).
     Restart,
+    /// Pairs added (with their port's id: their schedule starts) and removed.
+    Delta {
+        /// (address, port id, interface) newly owned.
+        added: Vec<(IpAddr, u64, String)>,
+        /// (address, interface) no longer owned.
+        removed: Vec<(IpAddr, String)>,
+    },
 }
 
 fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
@@ -662,6 +741,22 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
                         taken_at: now,
                         sent: 0,
                     });
+                }
+            }
+            Ok(Command::Delta { added, removed }) => {
+                let now = Instant::now();
+                for pair in removed {
+                    state.remove(&pair);
+                }
+                for (ip, port, name) in added {
+                    state.insert(
+                        (ip, name),
+                        Announcing {
+                            port,
+                            taken_at: now,
+                            sent: 0,
+                        },
+                    );
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}

@@ -60,7 +60,7 @@ pub fn service_info(
             s.namespace().as_deref() == Some(rec.key.namespace.as_str())
                 && s.labels().get(SERVICE_NAME_LABEL) == Some(&rec.key.name)
         })
-        .flat_map(endpoints)
+        .flat_map(|s| endpoints(s, &mut |n| n.into()))
         .collect();
     Some(ServiceInfo {
         key: rec.key,
@@ -70,15 +70,18 @@ pub fn service_info(
     })
 }
 
-/// The endpoints of one EndpointSlice.
-pub fn endpoints(slice: &EndpointSlice) -> Vec<EndpointInfo> {
+/// The endpoints of one EndpointSlice; `intern` gives the shared copy of a node name.
+pub fn endpoints(
+    slice: &EndpointSlice,
+    intern: &mut dyn FnMut(&str) -> std::sync::Arc<str>,
+) -> Vec<EndpointInfo> {
     slice
         .endpoints
         .iter()
         .map(|e| {
             let c = e.conditions.as_ref();
             EndpointInfo {
-                node_name: e.node_name.clone(),
+                node_name: e.node_name.as_deref().map(&mut *intern),
                 ready: c.and_then(|c| c.ready),
                 serving: c.and_then(|c| c.serving),
                 terminating: c.and_then(|c| c.terminating),

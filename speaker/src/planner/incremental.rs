@@ -61,6 +61,8 @@ struct PoolCandidates {
 pub struct L2Update {
     /// This node's owned addresses changed.
     pub owned_changed: bool,
+    /// The addresses whose entry in [`L2Tracker::owned`] was added, changed or removed.
+    pub owned_delta: BTreeSet<IpAddr>,
     /// Services whose layer-2 state on this node may have changed (to rewrite their status).
     pub services: BTreeSet<ServiceKey>,
     /// Addresses decided again.
@@ -188,10 +190,12 @@ impl L2Tracker {
                 let ifs = new.as_ref().map(|d| d.interfaces.clone());
                 if self.owned.get(&ip) != ifs.as_ref() {
                     out.owned_changed = true;
+                    out.owned_delta.insert(ip);
                 }
                 self.owned.insert(ip, ifs.unwrap_or(Interfaces::BySubnet));
             } else if self.owned.remove(&ip).is_some() {
                 out.owned_changed = true;
+                out.owned_delta.insert(ip);
             }
             if was_mine
                 || is_mine_now

@@ -24,8 +24,8 @@ pub struct ServiceInfo {
 /// `ready` or `serving` means true, an absent `terminating` means false.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct EndpointInfo {
-    /// `nodeName`: where the endpoint runs.
-    pub node_name: Option<String>,
+    /// `nodeName`: where the endpoint runs (shared: the model keeps one copy per node name).
+    pub node_name: Option<std::sync::Arc<str>>,
     /// `conditions.ready`.
     pub ready: Option<bool>,
     /// `conditions.serving`.

@@ -399,7 +399,7 @@ fn a_service_merges_the_endpoints_of_all_its_slices_and_ignores_others() {
     let nodes: Vec<_> = info
         .endpoints
         .iter()
-        .map(|e| (e.node_name.clone().unwrap(), e.usable()))
+        .map(|e| (e.node_name.as_deref().unwrap().to_string(), e.usable()))
         .collect();
     assert_eq!(
         nodes,

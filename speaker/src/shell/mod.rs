@@ -23,7 +23,7 @@ use std::sync::Arc;
 use ferrolb_telemetry::events::{EventQueue, Pushed};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::bgp::config::{Advertisement, PeerConfig, PeerId};
 use crate::bgp::{BgpSpeaker, State};
@@ -174,7 +174,9 @@ impl Speaker {
                 if !(u.owned_changed || host_changed) {
                     break;
                 }
-                let stranded = self.resolve_interfaces(cluster, &mut touched);
+                // Everything again when the interfaces changed; else only what moved.
+                let only = (!host_changed && !self.answering.is_empty()).then_some(&u.owned_delta);
+                let stranded = self.resolve_interfaces(cluster, only, &mut touched);
                 if stranded.is_empty() {
                     break;
                 }
@@ -204,15 +206,53 @@ impl Speaker {
         out
     }
 
-    /// Resolves the owned addresses to host interfaces and hands them to the responder;
-    /// returns the owned addresses that have none (reported, and given up by the caller).
+    /// Resolves the owned addresses (all, or `only` those) to host interfaces and hands them to
+    /// the responder; returns the owned addresses that have none (reported, and given up by the
+    /// caller).
     fn resolve_interfaces(
         &mut self,
         cluster: &Cluster,
+        only: Option<&BTreeSet<IpAddr>>,
         touched: &mut BTreeSet<ServiceKey>,
     ) -> Vec<IpAddr> {
-        let (answering, stranded) = iface::resolve_owned(self.l2.owned(), &self.host);
-        for problem in &stranded {
+        let mut changes: BTreeMap<IpAddr, Option<Vec<String>>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        match only {
+            Some(ips) => {
+                for ip in ips {
+                    let names = match self.l2.owned().get(ip) {
+                        Some(wanted) => match iface::diagnose(*ip, wanted, &self.host) {
+                            Ok(names) => Some(names),
+                            Err(problem) => {
+                                problems.push(problem);
+                                None
+                            }
+                        },
+                        None => None,
+                    };
+                    if self.answering.get(ip) != names.as_ref() {
+                        changes.insert(*ip, names);
+                    }
+                }
+            }
+            None => {
+                let (answering, stranded) = iface::resolve_owned(self.l2.owned(), &self.host);
+                for ip in self
+                    .answering
+                    .keys()
+                    .filter(|ip| !answering.contains_key(*ip))
+                {
+                    changes.insert(*ip, None);
+                }
+                for (ip, names) in answering {
+                    if self.answering.get(&ip) != Some(&names) {
+                        changes.insert(ip, Some(names));
+                    }
+                }
+                problems = stranded;
+            }
+        }
+        for problem in &problems {
             let ip = problem.ip();
             warn!(%ip, reason = problem.label(), error = %problem, "elected to answer for this address but cannot; another node takes it over");
             self.unable_reasons.insert(ip, problem.label());
@@ -229,19 +269,30 @@ impl Speaker {
                 );
             }
         }
-        if answering != self.answering {
+        if !changes.is_empty() {
             if let Some(r) = &self.responder
-                && let Err(e) = r.set_owned(&answering)
+                && let Err(e) = r.change_owned(&changes)
             {
                 warn!(error = %e, "some interfaces could not be opened");
             }
-            info!(addresses = answering.len(), "layer-2 ownership changed");
-            for ip in self.answering.keys().chain(answering.keys()) {
+            for (ip, names) in &changes {
                 touched.extend(cluster.services_at(*ip).cloned());
+                match names {
+                    Some(names) => {
+                        self.answering.insert(*ip, names.clone());
+                    }
+                    None => {
+                        self.answering.remove(ip);
+                    }
+                }
             }
-            self.answering = answering;
+            debug!(
+                changed = changes.len(),
+                addresses = self.answering.len(),
+                "layer-2 ownership changed"
+            );
         }
-        stranded.iter().map(|p| p.ip()).collect()
+        problems.iter().map(|p| p.ip()).collect()
     }
 
     /// Logs interfaces that started or stopped failing and interfaces reopened, and exports
