@@ -280,7 +280,13 @@ fn spawn_watches(
     changed: &Arc<Notify>,
 ) {
     // Only LoadBalancer Services: the API server filters the rest (most of a cluster) out.
-    let lb = watcher::Config::default().fields("spec.type=LoadBalancer");
+    // The large kinds start with a streaming list (`sendInitialEvents`): objects arrive one at
+    // a time from the API server's watch cache, where a plain list would hold tens of thousands
+    // of EndpointSlices in one response and leave the allocator at that peak.
+    let lb = watcher::Config::default()
+        .fields("spec.type=LoadBalancer")
+        .streaming_lists();
+    let streamed = || watcher::Config::default().streaming_lists();
     let speaker_pods = watcher::Config::default().labels(&format!(
         "{}={}",
         names::SPEAKER_POD_LABEL,
@@ -289,8 +295,20 @@ fn spawn_watches(
     let all = watcher::Config::default;
     let c = client.clone();
     spawn_watch(Api::all(c.clone()), lb, cluster, changed, Cluster::service);
-    spawn_watch(Api::all(c.clone()), all(), cluster, changed, Cluster::slice);
-    spawn_watch(Api::all(c.clone()), all(), cluster, changed, Cluster::node);
+    spawn_watch(
+        Api::all(c.clone()),
+        streamed(),
+        cluster,
+        changed,
+        Cluster::slice,
+    );
+    spawn_watch(
+        Api::all(c.clone()),
+        streamed(),
+        cluster,
+        changed,
+        Cluster::node,
+    );
     spawn_watch(
         Api::namespaced(c.clone(), ns),
         speaker_pods,

@@ -301,3 +301,25 @@ fn the_responder_reports_each_named_interface_it_cannot_answer_on_until_a_refres
         assert!(responder.open_interfaces().contains_key("dummy0"));
     });
 }
+
+#[test]
+fn a_change_to_one_owned_address_leaves_the_others_answered_and_answers_the_new_one() {
+    let Some(lab) = Lab::new(1) else { return };
+    let mac = lab.node_mac(0);
+    const ADDED: &str = "10.99.0.101";
+    lab.in_node(0, || {
+        let responder = Responder::new();
+        responder.set_owned(&owned_on_eth0()).expect("eth0 opens");
+        answered_by(&lab, V4, &mac);
+        let changes = BTreeMap::from([(ip(V4), None), (ip(ADDED), Some(vec!["eth0".to_string()]))]);
+        responder
+            .change_owned(&changes)
+            .expect("a change on an open interface");
+        answered_by(&lab, ADDED, &mac);
+        answered_by(&lab, V6, &mac);
+        assert!(
+            lab.resolve(ip(V4)).is_empty(),
+            "{V4} was given up and is still answered"
+        );
+    });
+}

@@ -65,13 +65,30 @@ pub struct ServiceRec {
     pub uid: Option<String>,
 }
 
-/// An EndpointSlice as kept (most belong to Services FerroLB does not handle: it stays small).
+/// An EndpointSlice as kept. Most belong to Services FerroLB does not handle (it keeps them:
+/// such a Service may become a LoadBalancer), so a slice is a digest and its endpoints, about
+/// 130 bytes with the indexes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceRec {
-    /// The name of the Service it belongs to (`kubernetes.io/service-name`, in its namespace).
-    pub service: Box<str>,
+    /// [`digest`] of the Service it belongs to (`kubernetes.io/service-name`, its namespace).
+    pub service: Digest,
     /// Its endpoints.
-    pub endpoints: Vec<EndpointInfo>,
+    pub endpoints: Box<[EndpointInfo]>,
+}
+
+/// A 128-bit digest of a `namespace/name`: two independent 64-bit SipHashes. Identities of
+/// slices and their Services are kept as digests instead of strings; two names sharing one is
+/// as likely as a random 128-bit collision.
+pub type Digest = u128;
+
+/// The [`Digest`] of `namespace/name`.
+pub fn digest(namespace: &str, name: &str) -> Digest {
+    let half = |salt: u8| {
+        let mut h = std::hash::DefaultHasher::new();
+        (salt, namespace, name).hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
 }
 
 /// A Node as kept.
@@ -120,7 +137,7 @@ pub struct Config {
 pub struct Cluster {
     scope: Scope,
     services: Table<ServiceRec>,
-    slices: Table<SliceRec>,
+    slices: Table<SliceRec, Digest>,
     nodes: Table<NodeRec>,
     pods: Table<SpeakerPod>,
     pools: Table<Kept<IPAddressPool>>,
@@ -129,13 +146,14 @@ pub struct Cluster {
     peers: Table<Kept<BGPPeer>>,
     communities: Table<Kept<Community>>,
     secrets: Table<Kept<Secret>>,
-    /// Slice keys by a hash of their Service's key (each candidate is checked against the
-    /// slice's own Service name, so a collision costs a comparison, never a wrong merge).
-    slices_by_service: HashMap<u64, Vec<Box<str>>>,
+    /// Slices by their Service.
+    slices_by_service: HashMap<Digest, Vec<Digest>>,
     /// Services by address, sorted (a `Vec`: almost every address has one Service).
     services_by_ip: HashMap<IpAddr, Vec<ServiceKey>>,
     /// One copy of each node name seen in endpoints.
     node_names: HashSet<Arc<str>>,
+    /// The Services kept, by [`digest`].
+    kept_by_digest: HashMap<Digest, ServiceKey>,
     node_infos: BTreeMap<String, NodeInfo>,
     config: Config,
     changes: Changes,
@@ -160,6 +178,7 @@ impl Cluster {
             slices_by_service: HashMap::new(),
             services_by_ip: HashMap::new(),
             node_names: HashSet::new(),
+            kept_by_digest: HashMap::new(),
             node_infos: BTreeMap::new(),
             config: Config::default(),
             changes: Changes {
@@ -263,6 +282,8 @@ impl Cluster {
     }
 
     fn index_service(&mut self, rec: &ServiceRec) {
+        self.kept_by_digest
+            .insert(digest(&rec.key.namespace, &rec.key.name), rec.key.clone());
         for ip in &rec.ingress {
             let list = self.services_by_ip.entry(*ip).or_default();
             if let Err(at) = list.binary_search(&rec.key) {
@@ -272,6 +293,8 @@ impl Cluster {
     }
 
     fn unindex_service(&mut self, rec: &ServiceRec) {
+        self.kept_by_digest
+            .remove(&digest(&rec.key.namespace, &rec.key.name));
         for ip in &rec.ingress {
             if let Some(list) = self.services_by_ip.get_mut(ip) {
                 list.retain(|k| *k != rec.key);
@@ -287,32 +310,28 @@ impl Cluster {
         match update {
             Update::Restart => self.slices.restart(),
             Update::Synced => {
-                for (key, gone) in self.slices.synced() {
-                    self.unindex_slice(&key, &gone);
+                for (id, gone) in self.slices.synced() {
+                    self.unindex_slice(id, &gone);
                 }
             }
             Update::Apply(slice) => {
-                let key = key_of(&slice.metadata);
+                let id = slice_digest(&slice);
                 let Some(rec) = self.slice_rec(&slice) else {
-                    self.remove_slice(&key);
+                    self.remove_slice(id);
                     return;
                 };
-                if let Some(old) = self.slices.upsert(key.clone(), rec.clone()) {
+                if let Some(old) = self.slices.upsert(id, rec.clone()) {
                     if let Some(old) = old {
-                        self.unindex_slice(&key, &old);
+                        self.unindex_slice(id, &old);
                     }
-                    let service = slice_service(&key, &rec);
-                    let keys = self
-                        .slices_by_service
-                        .entry(hash_key(&service))
-                        .or_default();
-                    if !keys.iter().any(|k| **k == *key) {
-                        keys.push(key.into_boxed_str());
+                    let ids = self.slices_by_service.entry(rec.service).or_default();
+                    if !ids.contains(&id) {
+                        ids.push(id);
                     }
-                    self.service_endpoints_changed(&service);
+                    self.service_endpoints_changed(rec.service);
                 }
             }
-            Update::Delete(slice) => self.remove_slice(&key_of(&slice.metadata)),
+            Update::Delete(slice) => self.remove_slice(slice_digest(&slice)),
         }
     }
 
@@ -328,38 +347,32 @@ impl Cluster {
             shared
         };
         Some(SliceRec {
-            service: service.as_str().into(),
-            endpoints: convert::endpoints(slice, &mut intern),
+            service: digest(slice.metadata.namespace.as_deref().unwrap_or(""), service),
+            endpoints: convert::endpoints(slice, &mut intern).into_boxed_slice(),
         })
     }
 
-    fn remove_slice(&mut self, key: &str) {
-        if let Some(old) = self.slices.remove(key) {
-            self.unindex_slice(key, &old);
+    fn remove_slice(&mut self, id: Digest) {
+        if let Some(old) = self.slices.remove(&id) {
+            self.unindex_slice(id, &old);
         }
     }
 
-    fn unindex_slice(&mut self, key: &str, rec: &SliceRec) {
-        let service = slice_service(key, rec);
-        let h = hash_key(&service);
-        if let Some(keys) = self.slices_by_service.get_mut(&h) {
-            keys.retain(|k| **k != *key);
-            if keys.is_empty() {
-                self.slices_by_service.remove(&h);
+    fn unindex_slice(&mut self, id: Digest, rec: &SliceRec) {
+        if let Some(ids) = self.slices_by_service.get_mut(&rec.service) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.slices_by_service.remove(&rec.service);
             }
         }
-        self.service_endpoints_changed(&service);
+        self.service_endpoints_changed(rec.service);
     }
 
     /// Endpoints only matter for Services FerroLB keeps; a slice of any other Service is
     /// stored (the Service may become a LoadBalancer later) but wakes nobody.
-    fn service_endpoints_changed(&mut self, service: &ServiceKey) {
-        if self
-            .services
-            .get(&format!("{}/{}", service.namespace, service.name))
-            .is_some()
-        {
-            self.changes.services.insert(service.clone());
+    fn service_endpoints_changed(&mut self, service: Digest) {
+        if let Some(key) = self.kept_by_digest.get(&service) {
+            self.changes.services.insert(key.clone());
         }
     }
 
@@ -519,12 +532,11 @@ impl Cluster {
     fn info_of(&self, rec: &ServiceRec) -> ServiceInfo {
         let endpoints = self
             .slices_by_service
-            .get(&hash_key(&rec.key))
+            .get(&digest(&rec.key.namespace, &rec.key.name))
             .into_iter()
             .flatten()
-            .filter_map(|k| Some((k, self.slices.get(k)?)))
-            .filter(|(k, s)| slice_service(k, s) == rec.key)
-            .flat_map(|(_, s)| s.endpoints.iter().cloned())
+            .filter_map(|id| self.slices.get(id))
+            .flat_map(|s| s.endpoints.iter().cloned())
             .collect();
         ServiceInfo {
             key: rec.key.clone(),
@@ -606,17 +618,11 @@ impl Cluster {
     }
 }
 
-/// The key of a slice's Service: the slice's namespace (from its `namespace/name` key) and the
-/// Service name it carries.
-fn slice_service(key: &str, rec: &SliceRec) -> ServiceKey {
-    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-    ServiceKey::new(namespace, &*rec.service)
-}
-
-fn hash_key(key: &ServiceKey) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    key.hash(&mut h);
-    h.finish()
+fn slice_digest(slice: &EndpointSlice) -> Digest {
+    digest(
+        slice.metadata.namespace.as_deref().unwrap_or(""),
+        slice.metadata.name.as_deref().unwrap_or(""),
+    )
 }
 
 fn node_ready(node: &Node) -> bool {

@@ -1,7 +1,8 @@
-//! One kind's rows, keyed by `namespace/name`, with the watch protocol's re-list handled: rows
-//! not seen again between a restart and `Synced` are removed. Pure.
+//! One kind's rows, keyed by `namespace/name` (or a digest of it), with the watch protocol's
+//! re-list handled: rows not seen again between a restart and `Synced` are removed. Pure.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 
 /// What a watch stream says about one kind (kube's `watcher::Event`, objects already converted).
 #[derive(Clone, Debug, PartialEq)]
@@ -18,13 +19,13 @@ pub enum Update<T> {
 
 /// Rows of one kind.
 #[derive(Debug)]
-pub struct Table<R> {
-    rows: HashMap<String, R>,
-    relist: Option<HashSet<String>>,
+pub struct Table<R, K = String> {
+    rows: HashMap<K, R>,
+    relist: Option<HashSet<K>>,
     synced: bool,
 }
 
-impl<R> Default for Table<R> {
+impl<R, K> Default for Table<R, K> {
     fn default() -> Self {
         Self {
             rows: HashMap::new(),
@@ -34,7 +35,7 @@ impl<R> Default for Table<R> {
     }
 }
 
-impl<R: PartialEq> Table<R> {
+impl<R: PartialEq, K: Hash + Eq + Clone> Table<R, K> {
     /// Starts a re-list.
     pub fn restart(&mut self) {
         self.relist = Some(HashSet::new());
@@ -42,14 +43,17 @@ impl<R: PartialEq> Table<R> {
 
     /// Marks `key` as seen in the current re-list (a row the converter dropped, such as a
     /// Service FerroLB does not handle, must still not be taken for deleted later).
-    pub fn seen(&mut self, key: &str) {
+    pub fn seen<Q>(&mut self, key: &Q)
+    where
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
         if let Some(seen) = &mut self.relist {
             seen.insert(key.to_owned());
         }
     }
 
     /// Sets `key` to `row`; returns the previous row when it differed (`Some(None)` for new).
-    pub fn upsert(&mut self, key: String, row: R) -> Option<Option<R>> {
+    pub fn upsert(&mut self, key: K, row: R) -> Option<Option<R>> {
         self.seen(&key);
         match self.rows.get_mut(&key) {
             Some(old) if *old == row => None,
@@ -62,18 +66,22 @@ impl<R: PartialEq> Table<R> {
     }
 
     /// Removes `key`; returns the row it held.
-    pub fn remove(&mut self, key: &str) -> Option<R> {
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<R>
+    where
+        Q: ToOwned<Owned = K> + Hash + Eq + ?Sized,
+        K: std::borrow::Borrow<Q>,
+    {
         self.seen(key);
         self.rows.remove(key)
     }
 
     /// Ends a re-list: removes and returns the rows not seen since [`Table::restart`].
-    pub fn synced(&mut self) -> Vec<(String, R)> {
+    pub fn synced(&mut self) -> Vec<(K, R)> {
         self.synced = true;
         let Some(seen) = self.relist.take() else {
             return Vec::new();
         };
-        let gone: Vec<String> = self
+        let gone: Vec<K> = self
             .rows
             .keys()
             .filter(|k| !seen.contains(*k))
@@ -85,14 +93,18 @@ impl<R: PartialEq> Table<R> {
     }
 }
 
-impl<R> Table<R> {
+impl<R, K: Hash + Eq> Table<R, K> {
     /// Whether a first list has completed.
     pub fn is_synced(&self) -> bool {
         self.synced
     }
 
     /// The row of `key`.
-    pub fn get(&self, key: &str) -> Option<&R> {
+    pub fn get<Q>(&self, key: &Q) -> Option<&R>
+    where
+        Q: Hash + Eq + ?Sized,
+        K: std::borrow::Borrow<Q>,
+    {
         self.rows.get(key)
     }
 
@@ -102,7 +114,7 @@ impl<R> Table<R> {
     }
 
     /// Every (key, row), in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &R)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &R)> {
         self.rows.iter()
     }
 
@@ -132,7 +144,7 @@ mod tests {
 
     #[test]
     fn a_relist_removes_exactly_the_rows_not_seen_again() {
-        let mut t = Table::default();
+        let mut t: Table<i32> = Table::default();
         t.upsert("a".into(), 1);
         t.upsert("b".into(), 2);
         t.upsert("c".into(), 3);
@@ -147,7 +159,7 @@ mod tests {
 
     #[test]
     fn an_unchanged_row_is_not_reported_as_changed() {
-        let mut t = Table::default();
+        let mut t: Table<i32> = Table::default();
         assert_eq!(t.upsert("a".into(), 1), Some(None));
         assert_eq!(t.upsert("a".into(), 1), None);
         assert_eq!(t.upsert("a".into(), 2), Some(Some(1)));

@@ -79,7 +79,8 @@ pub struct Speaker {
     peers: Vec<PeerConfig>,
     advertised: BTreeMap<String, Vec<Advertisement>>,
     l2_announcing: BTreeSet<ServiceKey>,
-    announced: HashMap<ServiceKey, BTreeSet<AnnouncedLabels>>,
+    /// The `announced` metric's label sets per Service (a `Vec`: one or two per Service).
+    announced: HashMap<ServiceKey, Vec<AnnouncedLabels>>,
     live: BTreeSet<String>,
     status: Arc<StatusQueue>,
     events: Arc<EventQueue>,
@@ -407,7 +408,7 @@ impl Speaker {
     fn queue_status(&mut self, cluster: &Cluster, key: &ServiceKey) {
         let node = self.settings.node.clone();
         let rec = cluster.service_rec(key);
-        let mut labels = BTreeSet::new();
+        let mut labels: Vec<AnnouncedLabels> = Vec::new();
         let mut desired = Desired::default();
         if let Some(rec) = rec {
             let mut ips = Vec::new();
@@ -416,7 +417,7 @@ impl Speaker {
                 if let Some(names) = self.answering.get(ip) {
                     ips.push(ip.to_string());
                     ifs.extend(names.iter().cloned());
-                    labels.insert(AnnouncedLabels {
+                    labels.push(AnnouncedLabels {
                         namespace: key.namespace.clone(),
                         service: key.name.clone(),
                         ip: ip.to_string(),
@@ -438,7 +439,7 @@ impl Speaker {
                     desired.bgp = Some(status::bgp_payload(key, &node, &peers));
                 }
                 for ip in &rec.ingress {
-                    labels.insert(AnnouncedLabels {
+                    labels.push(AnnouncedLabels {
                         namespace: key.namespace.clone(),
                         service: key.name.clone(),
                         ip: ip.to_string(),
@@ -462,8 +463,11 @@ impl Speaker {
                 format!("announcing from node \"{node}\" with protocol \"layer2\""),
             );
         }
+        labels.sort();
+        labels.dedup();
+        labels.shrink_to_fit();
         let old = self.announced.remove(key).unwrap_or_default();
-        for gone in old.difference(&labels) {
+        for gone in old.iter().filter(|l| !labels.contains(l)) {
             self.metrics.announced.remove(gone);
         }
         for l in &labels {
