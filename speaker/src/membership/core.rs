@@ -223,8 +223,9 @@ struct Collect<'a> {
     out: Vec<Output>,
     sent: u64,
     declared_down: u64,
-    /// Members that came up (or replaced their former self): they need our state.
-    came_up: Vec<SpeakerId>,
+    /// Members that came up (or replaced their former self): they need our state. Only
+    /// collected when we have one.
+    came_up: Option<Vec<SpeakerId>>,
     rejoined: bool,
     states_changed: bool,
 }
@@ -248,7 +249,9 @@ impl Runtime<SpeakerId> for Collect<'_> {
     fn notify(&mut self, notification: Notification<'_, SpeakerId>) {
         match notification {
             Notification::MemberUp(id) => {
-                self.came_up.push(id.clone());
+                if let Some(c) = &mut self.came_up {
+                    c.push(id.clone());
+                }
                 self.liveness_of(&id.node);
                 self.members_changed();
             }
@@ -258,7 +261,9 @@ impl Runtime<SpeakerId> for Collect<'_> {
                 self.members_changed();
             }
             Notification::Rename(_, new) => {
-                self.came_up.push(new.clone());
+                if let Some(c) = &mut self.came_up {
+                    c.push(new.clone());
+                }
                 self.liveness_of(&new.node);
                 self.members_changed();
             }
@@ -345,7 +350,7 @@ impl Membership {
             out: Vec::new(),
             sent: 0,
             declared_down: 0,
-            came_up: Vec::new(),
+            came_up: (!self.local_state.is_empty()).then(Vec::new),
             rejoined: false,
             states_changed: false,
         };
@@ -370,7 +375,7 @@ impl Membership {
             self.counters.rejoined += 1;
             self.publish();
         }
-        if !self.local_state.is_empty() && !came_up.is_empty() {
+        if let Some(came_up) = came_up.filter(|c| !c.is_empty()) {
             let datagram = self.state_datagram();
             for id in came_up {
                 self.counters.sent += 1;
@@ -438,6 +443,20 @@ impl Membership {
             timer: Timer(TimerKind::Join),
         });
         out
+    }
+
+    /// Takes `members` as live without a word to them, as a simulation that starts from a
+    /// converged cluster does ([`super::sim::Cluster::start_converged`]). Crate-private: a
+    /// speaker learns members from the network only.
+    pub(crate) fn assume_live(&mut self, members: Vec<SpeakerId>) -> Vec<Output> {
+        self.collect(|swim, rt| {
+            swim.apply_many(
+                members.into_iter().map(foca::Member::alive),
+                false,
+                &mut *rt,
+            )
+            .is_ok()
+        })
     }
 
     /// Publishes `state` (opaque, at most [`MAX_STATE_LEN`] bytes) to every member, replacing

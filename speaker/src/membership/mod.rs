@@ -6,7 +6,8 @@
 //! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing, bounded joins,
 //!   per-member states. Pure: timers are outputs, randomness comes from a seed.
 //! - [`states`]: the states members publish to each other (foca custom broadcasts). Pure.
-//! - [`sim`]: many cores on a simulated network with virtual time, for tests. Pure.
+//! - [`sim`]: many cores on a simulated network with virtual time, for tests and the
+//!   `gossip_sim` bench. Pure.
 //! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
 //! - [`udp`]: the tokio shell: one UDP socket, timers, watches of live nodes and their states.
 //!

@@ -29,6 +29,9 @@ pub struct NetConfig {
     pub loss: f64,
     /// Seeds the network's and every member's random choices.
     pub seed: u64,
+    /// Timers due after this virtual time are dropped: a run that ends before never needs
+    /// them, and foca's removal of down members (24 h after) would pile up otherwise.
+    pub horizon: Option<Duration>,
 }
 
 impl Default for NetConfig {
@@ -39,6 +42,7 @@ impl Default for NetConfig {
             latency_max: Duration::from_millis(1),
             loss: 0.0,
             seed: 1,
+            horizon: None,
         }
     }
 }
@@ -172,6 +176,44 @@ impl Cluster {
 
     /// Starts (or restarts) member `i` with `generation` and joins it with `seeds`.
     pub fn start(&mut self, i: usize, generation: u64, seeds: &[(String, SocketAddr)]) {
+        let mut m = self.member_for(i, generation);
+        let out = m.join(seeds);
+        let slot = &mut self.slots[i];
+        slot.member = Some(m);
+        slot.epoch += 1;
+        self.apply(i, out);
+    }
+
+    /// Starts every member with `generation`, each already holding all others live (as if
+    /// the cluster had converged, without the traffic of getting there) and every member as a
+    /// seed.
+    pub fn start_converged(&mut self, generation: u64) {
+        let seeds = self.seeds();
+        let ids: Vec<SpeakerId> = (0..self.slots.len())
+            .map(|i| SpeakerId {
+                node: Self::name(i),
+                addr: Self::addr(i),
+                generation,
+            })
+            .collect();
+        for i in 0..self.slots.len() {
+            let mut m = self.member_for(i, generation);
+            let others = ids
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, id)| id.clone())
+                .collect();
+            let mut out = m.assume_live(others);
+            out.extend(m.join(&seeds));
+            let slot = &mut self.slots[i];
+            slot.member = Some(m);
+            slot.epoch += 1;
+            self.apply(i, out);
+        }
+    }
+
+    fn member_for(&self, i: usize, generation: u64) -> Membership {
         let me = SpeakerId {
             node: Self::name(i),
             addr: Self::addr(i),
@@ -179,12 +221,7 @@ impl Cluster {
         };
         let seed =
             self.net.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((i as u64) << 24) ^ generation;
-        let mut m = Membership::new(me, self.key.clone(), &self.config, seed);
-        let out = m.join(seeds);
-        let slot = &mut self.slots[i];
-        slot.member = Some(m);
-        slot.epoch += 1;
-        self.apply(i, out);
+        Membership::new(me, self.key.clone(), &self.config, seed)
     }
 
     /// Stops member `i` at once, as a SIGKILL would: no goodbye, its timers die with it.
@@ -300,6 +337,9 @@ impl Cluster {
                 }
                 Output::After { delay, timer } => {
                     let at = self.now_us + delay.as_micros() as u64;
+                    if self.net.horizon.is_some_and(|h| at > h.as_micros() as u64) {
+                        continue;
+                    }
                     let epoch = self.slots[from].epoch;
                     self.push(
                         at,

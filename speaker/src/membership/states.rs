@@ -2,7 +2,7 @@
 //! that a newer value replaces an older one everywhere. Pure: no I/O, no clock.
 //!
 //! A state travels two ways:
-//! - as a foca custom broadcast ([`StateHandler`]), piggybacked on SWIM messages and spread
+//! - as a foca custom broadcast (`StateHandler`), piggybacked on SWIM messages and spread
 //!   epidemically like membership updates: how a change reaches the members already there;
 //! - pushed directly to one member ([`auth::Channel::State`](super::auth::Channel)): to each
 //!   member that comes up, which learns so the states published before it arrived (a custom

@@ -351,6 +351,24 @@ fn fifty_members_started_together_converge_with_one_percent_loss() {
 }
 
 #[test]
+fn a_cluster_started_converged_stays_converged_and_quiet() {
+    let mut c = Cluster::new(
+        30,
+        MembershipConfig::default(),
+        key(7),
+        NetConfig::default(),
+    );
+    c.start_converged(1);
+    let all: Vec<usize> = (0..30).collect();
+    assert!(until_views(&mut c, &all, &names(&all), ms(0)).is_some());
+    c.run_for(ms(10_000), |_, _, _, _| {});
+    assert!(until_views(&mut c, &all, &names(&all), ms(0)).is_some());
+    for i in all {
+        assert_eq!(c.member(i).unwrap().counters().declared_down, 0);
+    }
+}
+
+#[test]
 fn a_partition_heals_once_the_network_does() {
     let mut c = cluster(6);
     let all: Vec<usize> = (0..6).collect();
@@ -644,4 +662,57 @@ proptest! {
         let _ = m.handle_datagram(&auth::seal_on(&key(7), Channel::State, &bytes));
         prop_assert!(m.states().is_empty());
     }
+}
+
+// ---- the UDP shell ----
+
+/// A localhost address with a port that was free a moment ago.
+fn free_local_addr() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn two_shells_on_localhost_see_each_other_and_each_others_state() {
+    use super::udp::Gossip;
+    let (a_addr, b_addr) = (free_local_addr(), free_local_addr());
+    let start = |node: &str, addr| {
+        Gossip::start(
+            node.to_string(),
+            addr,
+            addr,
+            key(7),
+            MembershipConfig::default(),
+        )
+    };
+    let a = start("a", a_addr).await.unwrap();
+    let b = start("b", b_addr).await.unwrap();
+    a.set_seeds(vec![("b".into(), b_addr)]);
+    b.set_seeds(vec![("a".into(), a_addr)]);
+    let mut live = b.live();
+    tokio::time::timeout(Duration::from_secs(10), live.wait_for(|l| l.contains("a")))
+        .await
+        .expect("b sees a")
+        .unwrap();
+    a.set_local_state(b"10.0.0.1".to_vec()).unwrap();
+    let mut states = b.states();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        states.wait_for(|s| s.get("a").map(Vec::as_slice) == Some(b"10.0.0.1")),
+    )
+    .await
+    .expect("b sees the state of a")
+    .unwrap();
+    assert_eq!(
+        a.set_local_state(vec![0; MAX_STATE_LEN + 1]),
+        Err(StateError::TooLarge { len: 513, max: 512 })
+    );
+    // Dropping a stops it: b declares it down and its state is gone.
+    drop(a);
+    tokio::time::timeout(Duration::from_secs(10), states.wait_for(|s| s.is_empty()))
+        .await
+        .expect("the state of a is gone with it")
+        .unwrap();
 }
