@@ -34,6 +34,9 @@ use kube::{Api, Resource};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
+/// Services changed since the last trim of free memory that make the next one worthwhile.
+const TRIM_AFTER_CHANGES: usize = 1000;
+
 /// Command-line flags; each can also come from the environment variable shown.
 #[derive(Parser, Debug)]
 #[command(name = "ferrolb-speaker", version, about)]
@@ -81,9 +84,16 @@ struct Args {
     ignore_unclassed: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before any thread exists: glibc gives each new thread an arena of its own otherwise.
     ferrolb_telemetry::memory::limit_arenas();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(speaker_main())
+}
+
+async fn speaker_main() -> anyhow::Result<()> {
     let args = Args::parse();
     ferrolb_telemetry::init_logging(&args.log_level, args.log_format)?;
     let agent = format!(
@@ -171,6 +181,7 @@ async fn main() -> anyhow::Result<()> {
     let mut last_host_read: Option<Instant> = None;
     let mut published_unable = BTreeSet::new();
     let mut last_trim = Instant::now();
+    let mut changed_since_trim = 0usize;
     let run = async {
         loop {
             if gossip.is_none() {
@@ -236,9 +247,14 @@ async fn main() -> anyhow::Result<()> {
             }
             speaker.tick();
             ready.set(true);
-            if last_trim.elapsed() > Duration::from_secs(60) {
+            // After a burst only (a trim walks the heap: not worth it while idle).
+            changed_since_trim += synced.services;
+            if changed_since_trim >= TRIM_AFTER_CHANGES
+                && last_trim.elapsed() > Duration::from_secs(60)
+            {
                 ferrolb_telemetry::memory::release_free_memory();
                 last_trim = Instant::now();
+                changed_since_trim = 0;
             }
             let _ = live_tx.send_if_modified(|v| {
                 let changed = *v != live;

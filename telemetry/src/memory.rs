@@ -6,7 +6,8 @@
 //! arenas are enough for a few tasks, and trimming after a burst gives the pages back. Other C
 //! libraries (the images are built with musl) need neither: these are no-ops there.
 
-/// Limits glibc to two arenas. Call it first thing in `main`, before threads start.
+/// Limits glibc to two arenas. Call it first thing in `main`, before any thread starts (a
+/// `#[tokio::main]` body is too late: the runtime's threads exist by then).
 pub fn limit_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
