@@ -30,10 +30,10 @@ use ferrolb_controller::queue::WorkQueue;
 use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::Api;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Resource};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -299,13 +299,7 @@ const RESYNC: Duration = Duration::from_secs(30);
 /// Starts a watcher feeding a reflector store; every change is recorded in the work queue.
 fn spawn_store<K>(api: Api<K>, queue: &Arc<WorkQueue>, record: fn(&WorkQueue, &K)) -> Store<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: ferrolb_telemetry::Watched,
 {
     let queue = queue.clone();
     ferrolb_telemetry::watch_store(api, watcher::Config::default(), move |obj| {

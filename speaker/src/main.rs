@@ -28,9 +28,9 @@ use ferrolb_speaker::shell::{Settings, Speaker, decode_unable, encode_unable};
 use ferrolb_telemetry::events::{self, EventQueue};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use futures::StreamExt;
+use kube::Api;
 use kube::runtime::events::Reporter;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
@@ -385,13 +385,7 @@ fn spawn_watch<K>(
     changed: &Arc<Notify>,
     apply: fn(&mut Cluster, Update<K>),
 ) where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: ferrolb_telemetry::Watched,
 {
     let (cluster, changed) = (cluster.clone(), changed.clone());
     tokio::spawn(async move {

@@ -83,6 +83,29 @@ pub async fn kube_client(
     kube::Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))
 }
 
+/// What a watched kind must be: a Kubernetes object the watcher can decode and move across tasks.
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Starts a watcher that keeps a reflector store current, calling `on_change` with every object
 /// it applies or deletes; watch errors are logged and retried with back-off. The store answers
 /// `wait_until_ready` once the first list is in.
@@ -92,13 +115,7 @@ pub fn watch_store<K>(
     on_change: impl Fn(&K) + Send + 'static,
 ) -> kube::runtime::reflector::Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     use futures::StreamExt;
     use kube::ResourceExt;
