@@ -296,31 +296,31 @@ fn spawn_watches(
     changed: &Arc<Notify>,
 ) {
     // Only LoadBalancer Services: the API server filters the rest (most of a cluster) out.
-    // The large kinds start with a streaming list (`sendInitialEvents`): objects arrive one at
-    // a time from the API server's watch cache, where a plain list would hold tens of thousands
-    // of EndpointSlices in one response and leave the allocator at that peak.
-    let lb = watcher::Config::default()
-        .fields("spec.type=LoadBalancer")
-        .streaming_lists();
-    let streamed = || watcher::Config::default().streaming_lists();
-    let speaker_pods = watcher::Config::default().labels(&format!(
+    // The large kinds are listed in pages of 500 from etcd: a list served from the watch cache
+    // (`resourceVersion=0`) ignores the page size and would hold tens of thousands of
+    // EndpointSlices in one response, leaving the allocator at that peak. (A streaming list,
+    // `sendInitialEvents`, would be better still, but Kubernetes 1.33 refuses it by default.)
+    let lb = watcher::Config::default().fields("spec.type=LoadBalancer");
+    let paged = watcher::Config::default;
+    // The install namespace's kinds are few: served from the watch cache.
+    let all = || watcher::Config::default().any_semantic();
+    let speaker_pods = all().labels(&format!(
         "{}={}",
         names::SPEAKER_POD_LABEL,
         names::SPEAKER_POD_LABEL_VALUE
     ));
-    let all = watcher::Config::default;
     let c = client.clone();
     spawn_watch(Api::all(c.clone()), lb, cluster, changed, Cluster::service);
     spawn_watch(
         Api::all(c.clone()),
-        streamed(),
+        paged(),
         cluster,
         changed,
         Cluster::slice,
     );
     spawn_watch(
         Api::all(c.clone()),
-        streamed(),
+        paged(),
         cluster,
         changed,
         Cluster::node,
@@ -389,7 +389,7 @@ fn spawn_watch<K>(
 {
     let (cluster, changed) = (cluster.clone(), changed.clone());
     tokio::spawn(async move {
-        let stream = watcher(api, config.any_semantic()).default_backoff();
+        let stream = watcher(api, config).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             let update = match item {

@@ -78,7 +78,6 @@ const fn call(
 }
 
 const WATCH: &[&str] = &["list", "watch"];
-const EVENTS: &[&str] = &["create", "patch"];
 const PATCH: &[&str] = &["patch"];
 /// What a speaker does with the status objects it owns (their status is a separate `PATCH`).
 const OWN: &[&str] = &["list", "create", "delete"];
@@ -113,14 +112,14 @@ const CONTROLLER_API_CALLS: &[ApiCall] = &[
 ];
 
 /// The API calls `ferrolb-speaker` makes (recorded from the binary by `recorded_calls`:
-/// reflectors list and watch; its own status objects are listed by node label, created empty,
+/// watchers list and watch; its own status objects are listed by node label, created empty,
 /// given their status with a merge patch of `/status`, and deleted when it stops announcing;
-/// Events go through kube's `Recorder`, which patches an Event that repeats).
+/// Events are created, each a new object, as the controller's are).
 const SPEAKER_API_CALLS: &[ApiCall] = &[
     call(Cluster, "", "services", WATCH),
     call(Cluster, "discovery.k8s.io", "endpointslices", WATCH),
     call(Cluster, "", "nodes", WATCH),
-    call(Cluster, "events.k8s.io", "events", EVENTS),
+    call(Cluster, "events.k8s.io", "events", &["create"]),
     call(Ns, "", "pods", WATCH),
     call(Ns, "", "secrets", WATCH),
     call(Ns, "ferrolb.io", "ipaddresspools", WATCH),
@@ -162,6 +161,7 @@ const SPEAKER_FLAGS: &[&str] = &[
     "--gossip-port",
     "--gossip-secret",
     "--load-balancer-class",
+    "--ignore-unclassed",
 ];
 
 /// The values variants the chart documents, one file each in `charts/ferrolb/ci/`.

@@ -10,8 +10,8 @@ and the API calls recorded from the binaries are to be compared with that table.
   speaker:    watches what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds),
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
               lists, creates and deletes its ServiceL2Status / ServiceBGPStatus objects and merge
-              patches their status; records Events (events.k8s.io, through kube's Recorder, which
-              patches an Event that repeats).
+              patches their status; creates Events (events.k8s.io; each a new object, never
+              patched).
 */}}
 
 {{/* Controller, cluster-wide (ClusterRole). */}}
@@ -50,7 +50,7 @@ and the API calls recorded from the binaries are to be compared with that table.
   verbs: [list, watch]
 - apiGroups: [events.k8s.io]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}
 
 {{/* Speaker, in the install namespace (Role). */}}

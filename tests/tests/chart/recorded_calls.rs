@@ -40,8 +40,7 @@ use super::{ApiCall, CONTROLLER_API_CALLS, NAMESPACE, SPEAKER_API_CALLS, Scope};
 /// Calls in the controller's table that its scenario does not provoke, and why.
 const CONTROLLER_NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[];
 
-/// Calls in the speaker's table that its scenario does not provoke, and why. (Its scenario makes
-/// the `nodeAssigned` Event repeat, so the Event patch is provoked.)
+/// Calls in the speaker's table that its scenario does not provoke, and why.
 const SPEAKER_NOT_PROVOKED: &[(&str, &str, &str, &str)] = &[];
 
 /// How long a binary gets to make every call a step of the scenario provokes.
@@ -751,7 +750,7 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
     ]
     .into();
     step("withdrawing", &withdrawn);
-    // 3. Ready again: it announces again, and the repeated `nodeAssigned` Event is patched.
+    // 3. Ready again: it announces again (a new `nodeAssigned` Event).
     scene.endpoint_ready(true);
     wait_for_calls(&scene.server, account, &provokable);
     drop(speaker);
