@@ -181,6 +181,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut last_host_read: Option<Instant> = None;
     let mut published_unable = BTreeSet::new();
     let mut last_trim = Instant::now();
+    let mut fallback_live = BTreeSet::from([args.node_name.clone()]);
     let mut changed_since_trim = 0usize;
     let run = async {
         loop {
@@ -199,14 +200,16 @@ async fn speaker_main() -> anyhow::Result<()> {
             let t = Instant::now();
             let (live, synced) = {
                 let mut model = cluster.lock().expect("cluster lock");
-                if let Some(g) = &gossip
-                    && model.speakers_changed()
-                {
-                    g.set_seeds(seeds(&model, &args));
+                // Seeds and the fallback live set change only with speaker Pods and Nodes.
+                if model.speakers_changed() {
+                    match &gossip {
+                        Some(g) => g.set_seeds(seeds(&model, &args)),
+                        None => fallback_live = kubernetes_live(&model, &args.node_name),
+                    }
                 }
                 let live = match &gossip_live {
                     Some(rx) => rx.borrow().clone(),
-                    None => kubernetes_live(&model, &args.node_name),
+                    None => fallback_live.clone(),
                 };
                 metrics.gossip_members.set(live.len() as i64);
                 let unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = match &gossip_states {
@@ -451,15 +454,12 @@ fn seeds(cluster: &Cluster, args: &Args) -> Vec<(String, SocketAddr)> {
     ferrolb_speaker::membership::seeds::seeds(&pods, args.gossip_port)
 }
 
-/// The live speakers as Kubernetes sees them (when gossip cannot run): a Ready speaker Pod on a
-/// Ready Node; this node always counts.
+/// The live speakers as Kubernetes sees them (when gossip cannot run); this node always counts.
 fn kubernetes_live(cluster: &Cluster, this_node: &str) -> BTreeSet<String> {
-    let ready = cluster.ready_nodes();
-    let mut live: BTreeSet<String> = cluster
-        .speaker_pods()
-        .filter(|p| p.ready && ready.contains(&p.node))
-        .map(|p| p.node.clone())
-        .collect();
+    let mut live = ferrolb_speaker::membership::seeds::kubernetes_live(
+        cluster.speaker_pods(),
+        &cluster.ready_nodes(),
+    );
     live.insert(this_node.to_string());
     live
 }

@@ -108,14 +108,12 @@ pub struct Changes {
     /// Pools, advertisements, peers, communities, Secrets or Nodes changed: every plan must be
     /// made again.
     pub config: bool,
-    /// Speaker Pods changed (gossip seeds, the fallback live set).
-    pub speakers: bool,
 }
 
 impl Changes {
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && !self.config && !self.speakers
+        self.services.is_empty() && !self.config
     }
 }
 
@@ -207,16 +205,7 @@ impl Cluster {
     /// Whether every kind has completed its first list: before that the planners would see a
     /// partial cluster (a Service without its endpoints, a pool without its advertisement).
     pub fn synced(&self) -> bool {
-        self.services.is_synced()
-            && self.slices.is_synced()
-            && self.nodes.is_synced()
-            && self.pods.is_synced()
-            && self.pools.is_synced()
-            && self.l2.is_synced()
-            && self.bgp.is_synced()
-            && self.peers.is_synced()
-            && self.communities.is_synced()
-            && self.secrets.is_synced()
+        self.unsynced().is_empty()
     }
 
     /// The kinds that have not completed their first list, for logs.
@@ -400,6 +389,7 @@ impl Cluster {
                 .map(|n| (n.info.name.clone(), n.info.clone()))
                 .collect();
             self.changes.config = true;
+            self.speakers_dirty = true;
         }
     }
 
@@ -420,12 +410,11 @@ impl Cluster {
             }
             Update::Delete(pod) => self.pods.remove(&key_of(&pod.metadata)).is_some(),
         };
-        self.changes.speakers |= changed;
         self.speakers_dirty |= changed;
     }
 
-    /// Whether speaker Pods changed since the last call (for gossip seeds; independent of
-    /// [`Cluster::take_changes`]).
+    /// Whether speaker Pods or Nodes changed since the last call (gossip seeds and the
+    /// Kubernetes view of live speakers; independent of [`Cluster::take_changes`]).
     pub fn speakers_changed(&mut self) -> bool {
         std::mem::take(&mut self.speakers_dirty)
     }
@@ -625,7 +614,8 @@ fn slice_digest(slice: &EndpointSlice) -> Digest {
     )
 }
 
-fn node_ready(node: &Node) -> bool {
+/// Whether a Node's `Ready` condition is `True`.
+pub fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -1,7 +1,7 @@
 //! Gossip seeds and the fallback view of live speakers, from the speaker Pods and the Nodes.
 //! Pure: no I/O, no clock.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
@@ -46,21 +46,12 @@ pub fn seeds(pods: &[SpeakerPod], port: u16) -> Vec<(String, SocketAddr)> {
 /// The live speakers as Kubernetes sees them, for when gossip cannot run: the nodes whose
 /// speaker Pod is ready and whose `Ready` condition is `True`. Slower than gossip to notice a
 /// death (the node lifecycle controller takes tens of seconds), but never empty by mistake.
-pub fn kubernetes_live(pods: &[SpeakerPod], nodes: &[Node]) -> BTreeSet<String> {
-    let ready_nodes: BTreeSet<&str> = nodes
-        .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    pods.iter()
-        .filter(|p| p.ready && ready_nodes.contains(p.node.as_str()))
+pub fn kubernetes_live<'a>(
+    pods: impl IntoIterator<Item = &'a SpeakerPod>,
+    ready_nodes: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    pods.into_iter()
+        .filter(|p| p.ready && ready_nodes.contains(&p.node))
         .map(|p| p.node.clone())
         .collect()
 }
@@ -79,7 +70,7 @@ mod tests {
         .unwrap()
     }
 
-    fn node(name: &str, ready: &str) -> Node {
+    fn node(name: &str, ready: &str) -> k8s_openapi::api::core::v1::Node {
         serde_json::from_value(json!({
             "metadata": {"name": name},
             "status": {"conditions": [{"type": "Ready", "status": ready}]}
@@ -118,9 +109,13 @@ mod tests {
         .iter()
         .filter_map(speaker_pod)
         .collect();
-        let nodes = [node("a", "True"), node("b", "True"), node("c", "Unknown")];
+        let ready: BTreeSet<String> = [node("a", "True"), node("b", "True"), node("c", "Unknown")]
+            .iter()
+            .filter(|n| crate::cluster::node_ready(n))
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
         assert_eq!(
-            kubernetes_live(&pods, &nodes),
+            kubernetes_live(&pods, &ready),
             BTreeSet::from(["a".to_string()])
         );
     }
