@@ -397,7 +397,14 @@ impl Controller {
         if memo.written_over.is_some() && memo.written_over == svc.resource_version() {
             return vec![]; // our last write is not in the cache yet
         }
-        memo.written_over = None;
+        if memo.written_over.take().is_some() {
+            // Our write was conditional on `written_over`, so any later version in the cache
+            // is our write or a change made after it: what we wrote was in place. (The work
+            // queue coalesces, so the version our write produced may never be reconciled
+            // itself; without this, another writer's change made right after our write would
+            // be restored without an Event.)
+            memo.confirmed = true;
+        }
         let outcome = match request_from_service(svc, &namespace_labels(namespaces, svc)) {
             Ok(req) => self.allocator.assign(&req),
             Err(error) => {

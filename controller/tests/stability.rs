@@ -64,8 +64,14 @@ async fn restarting_the_controller_five_times_during_churn_changes_no_address() 
             controller = cluster.spawn_controller(&format!("c{n}"));
         }
     };
+    let started = std::time::Instant::now();
     tokio::join!(churn(&cluster), restarts);
+    let churned = started.elapsed();
     let remaining = converged(&cluster, Duration::from_secs(60)).await;
+    println!(
+        "churn and 5 restarts took {churned:?}; {remaining} Services had addresses {:?} later",
+        started.elapsed() - churned
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let seen = history.finish();
     assert_eq!(remaining, SERVICES - SERVICES / 10);

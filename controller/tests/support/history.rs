@@ -34,21 +34,34 @@ impl History {
         let task = tokio::spawn(async move {
             let stream = watcher(api, watcher::Config::default()).default_backoff();
             let mut stream = std::pin::pin!(stream);
+            // A re-list (after a dropped watch or a 410) says nothing about what was deleted
+            // meanwhile: a Service known before and absent from the re-list is recorded as
+            // deleted, so its address may be reused without looking like a double holder.
+            let mut live = BTreeSet::new();
+            let mut relisted = BTreeSet::new();
             while let Some(ev) = stream.next().await {
                 let Ok(ev) = ev else { continue };
                 let mut sink = sink.lock().unwrap();
                 match ev {
                     watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                        let name = s.metadata.name.clone().unwrap_or_default();
                         let ips = ingress(&s).into_iter().map(|(ip, _)| ip).collect();
-                        sink.push(Seen::Addresses(
-                            s.metadata.name.clone().unwrap_or_default(),
-                            ips,
-                        ));
+                        live.insert(name.clone());
+                        relisted.insert(name.clone());
+                        sink.push(Seen::Addresses(name, ips));
                     }
                     watcher::Event::Delete(s) => {
-                        sink.push(Seen::Deleted(s.metadata.name.clone().unwrap_or_default()))
+                        let name = s.metadata.name.clone().unwrap_or_default();
+                        live.remove(&name);
+                        sink.push(Seen::Deleted(name))
                     }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
+                    watcher::Event::Init => relisted.clear(),
+                    watcher::Event::InitDone => {
+                        for gone in live.difference(&relisted) {
+                            sink.push(Seen::Deleted(gone.clone()));
+                        }
+                        live = relisted.clone();
+                    }
                 }
             }
         });
