@@ -14,6 +14,10 @@
 //! settled and the peak, the idle CPU over 30 s with nothing changing, and the time from one
 //! Service's status patch to its new address's first gratuitous ARP (p50/p99/max over 100
 //! changes). Needs root, `ip` and `tcpdump`. Prints figures; asserts nothing.
+//!
+//! `FERROLB_BENCH_WRAP="heaptrack -o /tmp/speaker"` runs the speaker under a profiler (the command
+//! and its arguments, split on spaces); the CPU and RSS figures are then the wrapper's, not the
+//! speaker's.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -289,8 +293,10 @@ fn speaker_bin() -> PathBuf {
 }
 
 fn spawn_speaker(kubeconfig: &Path, log: &Path) -> Child {
+    let wrap = std::env::var("FERROLB_BENCH_WRAP").unwrap_or_default();
     Command::new("ip")
         .args(["netns", "exec", NETNS])
+        .args(wrap.split_whitespace())
         .arg(speaker_bin())
         .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
         .args(["--node-name", "node-0000", "--namespace", NS])

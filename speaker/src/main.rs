@@ -5,6 +5,7 @@
 //! ```text
 //!  main ─┬─ one watch task per kind (LoadBalancer Services, EndpointSlices, Nodes, speaker Pods,
 //!        │   ferrolb.io kinds, Secrets) ─► Cluster (stripped, indexed) ─► changed ─┐
+//!        ├─ refetch task: the slices of a Service that became ours, listed ───────┤
 //!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses ─────────────────────┤
 //!        ├─ status task (StatusQueue) and Event task (EventQueue): API writes      │
 //!        ├─ telemetry::serve (/metrics /healthz /readyz)                           ▼
@@ -124,6 +125,13 @@ async fn speaker_main() -> anyhow::Result<()> {
     })));
     let changed = Arc::new(Notify::new());
     spawn_watches(&client, &args.namespace, &cluster, &changed);
+    let refetch = Arc::new(Notify::new());
+    tokio::spawn(refetch_slices(
+        client.clone(),
+        cluster.clone(),
+        changed.clone(),
+        refetch.clone(),
+    ));
 
     let (live_tx, live_rx) = watch::channel(BTreeSet::from([args.node_name.clone()]));
     let status = StatusQueue::new();
@@ -230,6 +238,9 @@ async fn speaker_main() -> anyhow::Result<()> {
                     }
                 };
                 let synced = speaker.sync(&mut model, &live, &unable_elsewhere, host);
+                if model.refetch_pending() {
+                    refetch.notify_one();
+                }
                 (live, synced)
             };
             if synced.decided > 0 || synced.services > 0 {
@@ -313,13 +324,27 @@ fn spawn_watches(
         names::SPEAKER_POD_LABEL_VALUE
     ));
     let c = client.clone();
-    spawn_watch(Api::all(c.clone()), lb, cluster, changed, Cluster::service);
-    spawn_watch(
+    // EndpointSlices are listed once the LoadBalancer Services have been: the endpoints of a
+    // slice are kept only when its Service is known to be ours, and a slice seen before its
+    // Service costs a list of that Service's slices later.
+    let (services_listed_tx, services_listed) = watch::channel(false);
+    spawn_watch_then(
+        Api::all(c.clone()),
+        lb,
+        cluster,
+        changed,
+        Cluster::service,
+        None,
+        Some(services_listed_tx),
+    );
+    spawn_watch_then(
         Api::all(c.clone()),
         paged(),
         cluster,
         changed,
         Cluster::slice,
+        Some(services_listed),
+        None,
     );
     spawn_watch(
         Api::all(c.clone()),
@@ -390,8 +415,27 @@ fn spawn_watch<K>(
 ) where
     K: ferrolb_telemetry::Watched,
 {
+    spawn_watch_then(api, config, cluster, changed, apply, None, None);
+}
+
+/// [`spawn_watch`], starting once `after` says `true` and saying `true` on `listed` once the
+/// first list is complete.
+fn spawn_watch_then<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    cluster: &Arc<Mutex<Cluster>>,
+    changed: &Arc<Notify>,
+    apply: fn(&mut Cluster, Update<K>),
+    after: Option<watch::Receiver<bool>>,
+    listed: Option<watch::Sender<bool>>,
+) where
+    K: ferrolb_telemetry::Watched,
+{
     let (cluster, changed) = (cluster.clone(), changed.clone());
     tokio::spawn(async move {
+        if let Some(mut after) = after {
+            let _ = after.wait_for(|done| *done).await;
+        }
         let stream = watcher(api, config).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
@@ -405,10 +449,63 @@ fn spawn_watch<K>(
                     continue;
                 }
             };
+            let first_list_done = matches!(update, Update::Synced);
             apply(&mut cluster.lock().expect("cluster lock"), update);
             changed.notify_one();
+            if first_list_done && let Some(listed) = &listed {
+                listed.send_replace(true);
+            }
         }
     });
+}
+
+/// Lists the slices of Services the model asks for ([`Cluster::take_refetch`]): a Service that
+/// became ours after slices of it were seen. A few lists at a time; a failed one is asked for
+/// again after a pause.
+async fn refetch_slices(
+    client: kube::Client,
+    cluster: Arc<Mutex<Cluster>>,
+    changed: Arc<Notify>,
+    wake: Arc<Notify>,
+) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    loop {
+        wake.notified().await;
+        let keys = cluster.lock().expect("cluster lock").take_refetch();
+        let failed: Vec<_> = futures::stream::iter(keys)
+            .map(|key| {
+                let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &key.namespace);
+                let lp = kube::api::ListParams::default()
+                    .labels(&format!("{}={}", names::SERVICE_NAME_LABEL, key.name));
+                async move { (api.list(&lp).await, key) }
+            })
+            .buffer_unordered(4)
+            .filter_map(|(result, key)| {
+                let out = match result {
+                    Ok(list) => {
+                        let mut model = cluster.lock().expect("cluster lock");
+                        model.refetched(&key, list.items);
+                        changed.notify_one();
+                        None
+                    }
+                    Err(e) => {
+                        warn!(service = %key, error = %e, "listing a Service's EndpointSlices failed; retrying");
+                        Some(key)
+                    }
+                };
+                std::future::ready(out)
+            })
+            .collect()
+            .await;
+        if !failed.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut model = cluster.lock().expect("cluster lock");
+            for key in failed {
+                model.request_refetch(key);
+            }
+            wake.notify_one();
+        }
+    }
 }
 
 /// The gossip key and address, once the key Secret and this node's speaker Pod address are

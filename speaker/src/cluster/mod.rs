@@ -18,6 +18,11 @@
 //!   changes nothing).
 //! - Objects keep only what the planners read: no `managedFields`, annotations or status that is
 //!   not used; Services FerroLB does not handle are not kept at all.
+//! - An EndpointSlice of a Service FerroLB does not handle (most of a cluster) is kept as two
+//!   digests, without its endpoints. When such a Service becomes one FerroLB handles (its type
+//!   changed to LoadBalancer, or its slice was seen before it), the model asks for its slices
+//!   to be listed again ([`Cluster::take_refetch`], [`Cluster::refetched`]): one list of one
+//!   Service's slices, and only when slices of it were seen while it was not handled.
 //! - A re-list (after a dropped watch or a 410) removes exactly the objects that are gone.
 
 mod table;
@@ -65,9 +70,7 @@ pub struct ServiceRec {
     pub uid: Option<String>,
 }
 
-/// An EndpointSlice as kept. Most belong to Services FerroLB does not handle (it keeps them:
-/// such a Service may become a LoadBalancer), so a slice is a digest and its endpoints, about
-/// 130 bytes with the indexes.
+/// An EndpointSlice of a Service FerroLB handles, as kept: a digest and its endpoints.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceRec {
     /// [`digest`] of the Service it belongs to (`kubernetes.io/service-name`, its namespace).
@@ -146,6 +149,17 @@ pub struct Cluster {
     secrets: Table<Kept<Secret>>,
     /// Slices by their Service.
     slices_by_service: HashMap<Digest, Vec<Digest>>,
+    /// Every Service FerroLB handles, with or without an address yet, by [`digest`]: the
+    /// slices of these keep their endpoints.
+    handled: Table<(), Digest>,
+    /// Slices of Services FerroLB does not handle: slice digest to Service digest, no
+    /// endpoints.
+    unclaimed: Table<Digest, Digest>,
+    /// How many of `unclaimed` each Service has.
+    unclaimed_by_service: HashMap<Digest, u32>,
+    /// Services whose slices must be listed again: they were seen (and their endpoints not
+    /// kept) while the Service was not handled.
+    refetch: BTreeSet<ServiceKey>,
     /// Services by address, sorted (a `Vec`: almost every address has one Service).
     services_by_ip: HashMap<IpAddr, Vec<ServiceKey>>,
     /// One copy of each node name seen in endpoints.
@@ -174,6 +188,10 @@ impl Cluster {
             communities: Table::default(),
             secrets: Table::default(),
             slices_by_service: HashMap::new(),
+            handled: Table::default(),
+            unclaimed: Table::default(),
+            unclaimed_by_service: HashMap::new(),
+            refetch: BTreeSet::new(),
             services_by_ip: HashMap::new(),
             node_names: HashSet::new(),
             kept_by_digest: HashMap::new(),
@@ -233,15 +251,38 @@ impl Cluster {
     /// A Service event.
     pub fn service(&mut self, update: Update<Service>) {
         match update {
-            Update::Restart => self.services.restart(),
+            Update::Restart => {
+                self.services.restart();
+                self.handled.restart();
+            }
             Update::Synced => {
                 for (_, gone) in self.services.synced() {
                     self.unindex_service(&gone);
                     self.changes.services.insert(gone.key);
                 }
+                for (gone, ()) in self.handled.synced() {
+                    self.unclaim(gone);
+                }
             }
             Update::Apply(svc) => {
                 let key = key_of(&svc.metadata);
+                let d = digest(
+                    svc.metadata.namespace.as_deref().unwrap_or(""),
+                    svc.metadata.name.as_deref().unwrap_or(""),
+                );
+                if ferrolb_api::service::handled(
+                    &svc,
+                    &self.scope.class,
+                    self.scope.ignore_unclassed,
+                ) {
+                    if self.handled.upsert(d, ()) == Some(None)
+                        && self.unclaimed_by_service.contains_key(&d)
+                    {
+                        self.refetch.insert(convert::service_key(&svc));
+                    }
+                } else if self.handled.remove(&d).is_some() {
+                    self.unclaim(d);
+                }
                 match self.rec_of(&svc) {
                     Some(rec) => {
                         if let Some(old) = self.services.upsert(key, rec.clone()) {
@@ -255,7 +296,85 @@ impl Cluster {
                     None => self.remove_service(&key),
                 }
             }
-            Update::Delete(svc) => self.remove_service(&key_of(&svc.metadata)),
+            Update::Delete(svc) => {
+                let (ns, name) = (
+                    svc.metadata.namespace.as_deref().unwrap_or(""),
+                    svc.metadata.name.as_deref().unwrap_or(""),
+                );
+                let d = digest(ns, name);
+                if self.handled.remove(&d).is_some() {
+                    self.unclaim(d);
+                }
+                self.remove_service(&key_of(&svc.metadata));
+            }
+        }
+    }
+
+    /// Service `d` is no longer handled: its slices drop their endpoints.
+    fn unclaim(&mut self, d: Digest) {
+        for id in self.slices_by_service.remove(&d).unwrap_or_default() {
+            if self.slices.remove(&id).is_some() {
+                self.add_unclaimed(id, d);
+            }
+        }
+        self.service_endpoints_changed(d);
+    }
+
+    fn add_unclaimed(&mut self, id: Digest, service: Digest) {
+        match self.unclaimed.upsert(id, service) {
+            Some(None) => *self.unclaimed_by_service.entry(service).or_default() += 1,
+            Some(Some(old)) => {
+                self.forget_unclaimed(old);
+                *self.unclaimed_by_service.entry(service).or_default() += 1;
+            }
+            None => {}
+        }
+    }
+
+    fn remove_unclaimed(&mut self, id: Digest) {
+        if let Some(service) = self.unclaimed.remove(&id) {
+            self.forget_unclaimed(service);
+        }
+    }
+
+    fn forget_unclaimed(&mut self, service: Digest) {
+        if let Some(n) = self.unclaimed_by_service.get_mut(&service) {
+            *n -= 1;
+            if *n == 0 {
+                self.unclaimed_by_service.remove(&service);
+            }
+        }
+    }
+
+    /// Takes the Services whose slices must be listed again (labelled
+    /// `kubernetes.io/service-name` with the Service's name, in its namespace) and handed to
+    /// [`Cluster::refetched`].
+    pub fn take_refetch(&mut self) -> BTreeSet<ServiceKey> {
+        std::mem::take(&mut self.refetch)
+    }
+
+    /// Asks again for the slices of `key` (a list failed).
+    pub fn request_refetch(&mut self, key: ServiceKey) {
+        self.refetch.insert(key);
+    }
+
+    /// Whether some Service's slices wait to be listed again.
+    pub fn refetch_pending(&self) -> bool {
+        !self.refetch.is_empty()
+    }
+
+    /// The slices of Service `key`, listed after [`Cluster::take_refetch`] asked. Only slices
+    /// still kept without endpoints are taken: one the watch has delivered since is newer than
+    /// the list, and one the list has but the watch has not yet is left to the watch.
+    pub fn refetched(&mut self, key: &ServiceKey, slices: Vec<EndpointSlice>) {
+        let d = digest(&key.namespace, &key.name);
+        if self.handled.get(&d).is_none() {
+            return;
+        }
+        for slice in slices {
+            if self.unclaimed.get(&slice_digest(&slice)) == Some(&d) {
+                self.slice(Update::Apply(slice));
+            }
         }
     }
 
@@ -297,18 +416,32 @@ impl Cluster {
     /// An EndpointSlice event.
     pub fn slice(&mut self, update: Update<EndpointSlice>) {
         match update {
-            Update::Restart => self.slices.restart(),
+            Update::Restart => {
+                self.slices.restart();
+                self.unclaimed.restart();
+            }
             Update::Synced => {
                 for (id, gone) in self.slices.synced() {
                     self.unindex_slice(id, &gone);
                 }
+                for (_, service) in self.unclaimed.synced() {
+                    self.forget_unclaimed(service);
+                }
             }
             Update::Apply(slice) => {
                 let id = slice_digest(&slice);
-                let Some(rec) = self.slice_rec(&slice) else {
+                let Some(service) = slice_service(&slice) else {
                     self.remove_slice(id);
+                    self.remove_unclaimed(id);
                     return;
                 };
+                if self.handled.get(&service).is_none() {
+                    self.remove_slice(id);
+                    self.add_unclaimed(id, service);
+                    return;
+                }
+                self.remove_unclaimed(id);
+                let rec = self.slice_rec(&slice, service);
                 if let Some(old) = self.slices.upsert(id, rec.clone()) {
                     if let Some(old) = old {
                         self.unindex_slice(id, &old);
@@ -320,12 +453,15 @@ impl Cluster {
                     self.service_endpoints_changed(rec.service);
                 }
             }
-            Update::Delete(slice) => self.remove_slice(slice_digest(&slice)),
+            Update::Delete(slice) => {
+                let id = slice_digest(&slice);
+                self.remove_slice(id);
+                self.remove_unclaimed(id);
+            }
         }
     }
 
-    fn slice_rec(&mut self, slice: &EndpointSlice) -> Option<SliceRec> {
-        let service = slice.labels().get(ferrolb_api::names::SERVICE_NAME_LABEL)?;
+    fn slice_rec(&mut self, slice: &EndpointSlice, service: Digest) -> SliceRec {
         let names = &mut self.node_names;
         let mut intern = |n: &str| -> Arc<str> {
             if let Some(shared) = names.get(n) {
@@ -335,10 +471,10 @@ impl Cluster {
             names.insert(shared.clone());
             shared
         };
-        Some(SliceRec {
-            service: digest(slice.metadata.namespace.as_deref().unwrap_or(""), service),
+        SliceRec {
+            service,
             endpoints: convert::endpoints(slice, &mut intern).into_boxed_slice(),
-        })
+        }
     }
 
     fn remove_slice(&mut self, id: Digest) {
@@ -357,8 +493,7 @@ impl Cluster {
         self.service_endpoints_changed(rec.service);
     }
 
-    /// Endpoints only matter for Services FerroLB keeps; a slice of any other Service is
-    /// stored (the Service may become a LoadBalancer later) but wakes nobody.
+    /// Endpoints only matter for Services FerroLB keeps.
     fn service_endpoints_changed(&mut self, service: Digest) {
         if let Some(key) = self.kept_by_digest.get(&service) {
             self.changes.services.insert(key.clone());
@@ -605,6 +740,15 @@ impl Cluster {
             unable,
         }
     }
+}
+
+/// The [`digest`] of the Service a slice belongs to (`kubernetes.io/service-name`).
+fn slice_service(slice: &EndpointSlice) -> Option<Digest> {
+    let service = slice.labels().get(ferrolb_api::names::SERVICE_NAME_LABEL)?;
+    Some(digest(
+        slice.metadata.namespace.as_deref().unwrap_or(""),
+        service,
+    ))
 }
 
 fn slice_digest(slice: &EndpointSlice) -> Digest {

@@ -156,6 +156,9 @@ struct Inner {
 struct Control {
     /// The owned set as given.
     wanted: BTreeMap<IpAddr, Vec<String>>,
+    /// The interfaces `wanted` names, with how many addresses name each (kept with `wanted`,
+    /// so a refresh does not walk every address).
+    names: BTreeMap<String, usize>,
     /// Why wanted interfaces without a port have none, as of the last reconcile.
     faults: BTreeMap<String, InterfaceFault>,
     /// Interfaces that had a port once: opening one again is a reopening.
@@ -223,7 +226,12 @@ impl Responder {
         let host = iface::system_interfaces();
         let mut control = lock(&self.control);
         control.wanted = owned.clone();
-        self.reconcile(&mut control, &host).map_or(Ok(()), Err)
+        control.names = BTreeMap::new();
+        for name in owned.values().flatten() {
+            *control.names.entry(name.clone()).or_default() += 1;
+        }
+        self.reconcile(&mut control, &host, true)
+            .map_or(Ok(()), Err)
     }
 
     /// Applies changes to the owned set: `Some(interfaces)` sets an address's interfaces,
@@ -264,9 +272,22 @@ impl Responder {
                 }
             }
         }
+        for (_, name) in &removed {
+            if let Some(n) = control.names.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    control.names.remove(name);
+                }
+            }
+        }
+        for (_, name) in &added {
+            *control.names.entry(name.clone()).or_default() += 1;
+        }
         if !all_open {
             let host = iface::system_interfaces();
-            return self.reconcile(&mut control, &host).map_or(Ok(()), Err);
+            return self
+                .reconcile(&mut control, &host, true)
+                .map_or(Ok(()), Err);
         }
         let view = {
             let mut guard = self.inner.view.write().unwrap_or_else(|e| e.into_inner());
@@ -310,7 +331,7 @@ impl Responder {
     /// [`Responder::interface_errors`] and [`Responder::open_interfaces`].
     pub fn refresh(&self, host: &[InterfaceInfo]) {
         let mut control = lock(&self.control);
-        let _ = self.reconcile(&mut control, host);
+        let _ = self.reconcile(&mut control, host, false);
     }
 
     /// Why each interface of the owned set that is not answering is not, by name; empty when
@@ -319,7 +340,7 @@ impl Responder {
         let control = lock(&self.control);
         let mut errors = control.faults.clone();
         let ports = lock(&self.inner.ports);
-        for name in wanted_names(&control.wanted) {
+        for name in control.names.keys().cloned() {
             if let Some(port) = ports.get(&name)
                 && let Some(error) = lock(&port.failed).clone()
             {
@@ -365,9 +386,16 @@ impl Responder {
     }
 
     /// Brings the ports in line with `control.wanted` and `host` (see [`Responder::refresh`]),
-    /// then publishes the view. Returns the first error met opening an interface.
-    fn reconcile(&self, control: &mut Control, host: &[InterfaceInfo]) -> Option<L2Error> {
-        let wanted = wanted_names(&control.wanted);
+    /// then publishes the view: built again from `control.wanted` when a port was opened or
+    /// closed or `wanted_changed` (else the view is current, and nothing proportional to the
+    /// owned set is done). Returns the first error met opening an interface.
+    fn reconcile(
+        &self,
+        control: &mut Control,
+        host: &[InterfaceInfo],
+        wanted_changed: bool,
+    ) -> Option<L2Error> {
+        let wanted: Vec<String> = control.names.keys().cloned().collect();
         let mut faults = BTreeMap::new();
         let mut first_error = None;
         let mut changed = false;
@@ -434,6 +462,10 @@ impl Responder {
                 }
             }
         }
+        control.faults = faults;
+        if !changed && !wanted_changed {
+            return first_error;
+        }
         let mut view = View::new();
         for (ip, names) in &control.wanted {
             for name in names.iter().filter(|n| ports.contains_key(*n)) {
@@ -443,7 +475,6 @@ impl Responder {
         let port_ids: BTreeMap<String, u64> =
             ports.iter().map(|(name, p)| (name.clone(), p.id)).collect();
         drop(ports);
-        control.faults = faults;
         let current = self.inner.view.read().map(|v| v.clone()).ok();
         if !changed && current.is_some_and(|v| *v == view) {
             return first_error;
@@ -501,10 +532,6 @@ impl Responder {
 }
 
 /// Every interface name of an owned set.
-fn wanted_names(owned: &BTreeMap<IpAddr, Vec<String>>) -> BTreeSet<String> {
-    owned.values().flatten().cloned().collect()
-}
-
 impl Default for Responder {
     fn default() -> Self {
         Self::new()
