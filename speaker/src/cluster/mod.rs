@@ -137,7 +137,7 @@ pub struct Config {
 #[derive(Debug)]
 pub struct Cluster {
     scope: Scope,
-    services: Table<ServiceRec>,
+    services: Table<ServiceRec, Digest>,
     slices: Table<SliceRec, Digest>,
     nodes: Table<NodeRec>,
     pods: Table<SpeakerPod>,
@@ -160,12 +160,11 @@ pub struct Cluster {
     /// Services whose slices must be listed again: they were seen (and their endpoints not
     /// kept) while the Service was not handled.
     refetch: BTreeSet<ServiceKey>,
-    /// Services by address, sorted (a `Vec`: almost every address has one Service).
-    services_by_ip: HashMap<IpAddr, Vec<ServiceKey>>,
+    /// Services by address, as digests sorted by their keys (a `Vec`: almost every address
+    /// has one Service).
+    services_by_ip: HashMap<IpAddr, Vec<Digest>>,
     /// One copy of each node name seen in endpoints.
     node_names: HashSet<Arc<str>>,
-    /// The Services kept, by [`digest`].
-    kept_by_digest: HashMap<Digest, ServiceKey>,
     node_infos: BTreeMap<String, NodeInfo>,
     config: Config,
     changes: Changes,
@@ -194,7 +193,6 @@ impl Cluster {
             refetch: BTreeSet::new(),
             services_by_ip: HashMap::new(),
             node_names: HashSet::new(),
-            kept_by_digest: HashMap::new(),
             node_infos: BTreeMap::new(),
             config: Config::default(),
             changes: Changes {
@@ -256,8 +254,8 @@ impl Cluster {
                 self.handled.restart();
             }
             Update::Synced => {
-                for (_, gone) in self.services.synced() {
-                    self.unindex_service(&gone);
+                for (d, gone) in self.services.synced() {
+                    self.unindex_service(d, &gone);
                     self.changes.services.insert(gone.key);
                 }
                 for (gone, ()) in self.handled.synced() {
@@ -265,7 +263,6 @@ impl Cluster {
                 }
             }
             Update::Apply(svc) => {
-                let key = key_of(&svc.metadata);
                 let d = digest(
                     svc.metadata.namespace.as_deref().unwrap_or(""),
                     svc.metadata.name.as_deref().unwrap_or(""),
@@ -285,15 +282,15 @@ impl Cluster {
                 }
                 match self.rec_of(&svc) {
                     Some(rec) => {
-                        if let Some(old) = self.services.upsert(key, rec.clone()) {
+                        if let Some(old) = self.services.upsert(d, rec.clone()) {
                             if let Some(old) = old {
-                                self.unindex_service(&old);
+                                self.unindex_service(d, &old);
                             }
-                            self.index_service(&rec);
+                            self.index_service(d, &rec);
                             self.changes.services.insert(rec.key);
                         }
                     }
-                    None => self.remove_service(&key),
+                    None => self.remove_service(d),
                 }
             }
             Update::Delete(svc) => {
@@ -305,7 +302,7 @@ impl Cluster {
                 if self.handled.remove(&d).is_some() {
                     self.unclaim(d);
                 }
-                self.remove_service(&key_of(&svc.metadata));
+                self.remove_service(d);
             }
         }
     }
@@ -382,30 +379,30 @@ impl Cluster {
         convert::service_rec(svc, &self.scope.class, self.scope.ignore_unclassed)
     }
 
-    fn remove_service(&mut self, key: &str) {
-        if let Some(old) = self.services.remove(key) {
-            self.unindex_service(&old);
+    fn remove_service(&mut self, d: Digest) {
+        if let Some(old) = self.services.remove(&d) {
+            self.unindex_service(d, &old);
             self.changes.services.insert(old.key);
         }
     }
 
-    fn index_service(&mut self, rec: &ServiceRec) {
-        self.kept_by_digest
-            .insert(digest(&rec.key.namespace, &rec.key.name), rec.key.clone());
+    /// Indexes the kept Service `d` (already in `services`) by its addresses.
+    fn index_service(&mut self, d: Digest, rec: &ServiceRec) {
         for ip in &rec.ingress {
             let list = self.services_by_ip.entry(*ip).or_default();
-            if let Err(at) = list.binary_search(&rec.key) {
-                list.insert(at, rec.key.clone());
+            let services = &self.services;
+            let at = list
+                .binary_search_by(|other| services.get(other).map(|o| &o.key).cmp(&Some(&rec.key)));
+            if let Err(at) = at {
+                list.insert(at, d);
             }
         }
     }
 
-    fn unindex_service(&mut self, rec: &ServiceRec) {
-        self.kept_by_digest
-            .remove(&digest(&rec.key.namespace, &rec.key.name));
+    fn unindex_service(&mut self, d: Digest, rec: &ServiceRec) {
         for ip in &rec.ingress {
             if let Some(list) = self.services_by_ip.get_mut(ip) {
-                list.retain(|k| *k != rec.key);
+                list.retain(|k| *k != d);
                 if list.is_empty() {
                     self.services_by_ip.remove(ip);
                 }
@@ -495,8 +492,8 @@ impl Cluster {
 
     /// Endpoints only matter for Services FerroLB keeps.
     fn service_endpoints_changed(&mut self, service: Digest) {
-        if let Some(key) = self.kept_by_digest.get(&service) {
-            self.changes.services.insert(key.clone());
+        if let Some(rec) = self.services.get(&service) {
+            self.changes.services.insert(rec.key.clone());
         }
     }
 
@@ -647,9 +644,7 @@ impl Cluster {
 
     /// The Service `key` with its endpoints merged from all its slices, when FerroLB handles it.
     pub fn service_info(&self, key: &ServiceKey) -> Option<ServiceInfo> {
-        let rec = self
-            .services
-            .get(&format!("{}/{}", key.namespace, key.name))?;
+        let rec = self.services.get(&digest(&key.namespace, &key.name))?;
         Some(self.info_of(rec))
     }
 
@@ -672,7 +667,12 @@ impl Cluster {
 
     /// The Services holding `ip`, sorted.
     pub fn services_at(&self, ip: IpAddr) -> impl Iterator<Item = &ServiceKey> {
-        self.services_by_ip.get(&ip).into_iter().flatten()
+        self.services_by_ip
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| self.services.get(d))
+            .map(|r| &r.key)
     }
 
     /// Every Service address.
@@ -687,8 +687,7 @@ impl Cluster {
 
     /// The kept record of Service `key`.
     pub fn service_rec(&self, key: &ServiceKey) -> Option<&ServiceRec> {
-        self.services
-            .get(&format!("{}/{}", key.namespace, key.name))
+        self.services.get(&digest(&key.namespace, &key.name))
     }
 
     /// How many Services FerroLB handles.
