@@ -1,6 +1,8 @@
 //! A scripted hostile peer: a TCP listener on the loopback that lets the real [`BgpSpeaker`]
-//! connect, then sends each class of malformed message. The speaker must answer with the right
-//! NOTIFICATION, close, reconnect after its back-off, and keep its memory flat.
+//! connect, then sends each class of malformed message. Where RFC 7606 still resets the session
+//! the speaker must answer with the right NOTIFICATION, close and reconnect after its back-off;
+//! where it does not (treat-as-withdraw, attribute discard) the session must stay up and the
+//! UPDATE be counted; and memory stays flat throughout.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -86,19 +88,28 @@ struct Case {
     expected: (u8, u8, Vec<u8>),
 }
 
+const ORIGIN_OK: [u8; 4] = [0x40, 1, 1, 0];
+const AS_PATH_OK: [u8; 9] = [0x40, 2, 6, 2, 1, 0, 0, 0xfc, 0x01];
+const NEXT_HOP_OK: [u8; 7] = [0x40, 3, 4, 10, 99, 0, 2];
+
+/// An UPDATE body with these attributes (the total length counting exactly them) and NLRI.
+fn update_body(attrs: &[&[u8]], nlri: &[u8]) -> Vec<u8> {
+    let attrs = attrs.concat();
+    let mut b = vec![0, 0];
+    b.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
+    b.extend(attrs);
+    b.extend_from_slice(nlri);
+    b
+}
+
+/// MP_REACH_NLRI for IPv6 unicast with next hop fd00::1 and no NLRI.
+const MP_REACH_V6: [u8; 24] = [
+    0x80, 14, 21, 0, 2, 1, 16, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+];
+
 fn cases() -> Vec<Case> {
     let mut bad_marker = header(19, 4);
     bad_marker[15] = 0;
-    let origin_ok = [0x40u8, 1, 1, 0];
-    let as_path_trailing = [0x40u8, 2, 7, 2, 1, 0, 0, 0xfc, 0x01, 0];
-    let next_hop = [0x40u8, 3, 4, 10, 99, 0, 2];
-    let attrs_trailing: Vec<u8> = [&origin_ok[..], &as_path_trailing, &next_hop].concat();
-    let mut trailing_body = vec![0, 0, 0, attrs_trailing.len() as u8];
-    trailing_body.extend(&attrs_trailing);
-    trailing_body.extend([24, 10, 99, 200]);
-    let origin_trailing = [0x40u8, 1, 2, 0, 0];
-    let mut origin_body = vec![0, 0, 0, origin_trailing.len() as u8];
-    origin_body.extend(origin_trailing);
     let mut too_long = header(4097, 2);
     too_long.extend(vec![0u8; 100]);
     vec![
@@ -151,17 +162,92 @@ fn cases() -> Vec<Case> {
             expected: (3, 1, vec![]),
         },
         Case {
-            name: "as_path with a trailing byte",
+            name: "prefix longer than 32 bits in the NLRI (RFC 7606 5.3)",
             stage: Stage::Established,
-            bytes: update(&trailing_body),
-            expected: (3, 11, vec![]),
+            bytes: update(&update_body(
+                &[&ORIGIN_OK, &AS_PATH_OK, &NEXT_HOP_OK],
+                &[33, 10, 99, 1, 1, 1],
+            )),
+            expected: (3, 10, vec![]),
         },
         Case {
-            name: "origin with a trailing byte",
+            name: "MP_REACH_NLRI twice (RFC 7606 3 g)",
             stage: Stage::Established,
-            bytes: update(&origin_body),
-            expected: (3, 5, vec![]),
+            bytes: update(&update_body(
+                &[&ORIGIN_OK, &AS_PATH_OK, &MP_REACH_V6, &MP_REACH_V6],
+                &[],
+            )),
+            expected: (3, 1, vec![]),
         },
+    ]
+}
+
+/// Malformed UPDATEs RFC 7606 keeps the session for, with the handling each must be counted
+/// under.
+fn kept_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let nlri = [24u8, 10, 99, 200];
+    let withdraw = "treat_as_withdraw";
+    let discard = "attribute_discard";
+    vec![
+        (
+            "AS_PATH with a trailing byte",
+            update(&update_body(
+                &[
+                    &ORIGIN_OK,
+                    &[0x40, 2, 7, 2, 1, 0, 0, 0xfc, 0x01, 0],
+                    &NEXT_HOP_OK,
+                ],
+                &nlri,
+            )),
+            withdraw,
+        ),
+        (
+            "ORIGIN with a trailing byte",
+            update(&update_body(&[&[0x40, 1, 2, 0, 0]], &[])),
+            withdraw,
+        ),
+        (
+            "NLRI without NEXT_HOP",
+            update(&update_body(&[&ORIGIN_OK, &AS_PATH_OK], &nlri)),
+            withdraw,
+        ),
+        (
+            "MED running past the path attributes",
+            update(&update_body(
+                &[&ORIGIN_OK, &AS_PATH_OK, &NEXT_HOP_OK, &[0x80, 4, 200, 0, 0]],
+                &nlri,
+            )),
+            withdraw,
+        ),
+        (
+            "COMMUNITIES of 5 bytes",
+            update(&update_body(
+                &[
+                    &ORIGIN_OK,
+                    &AS_PATH_OK,
+                    &NEXT_HOP_OK,
+                    &[0xc0, 8, 5, 0, 0, 0, 0, 0],
+                ],
+                &nlri,
+            )),
+            withdraw,
+        ),
+        (
+            "ATOMIC_AGGREGATE with a value",
+            update(&update_body(
+                &[&ORIGIN_OK, &AS_PATH_OK, &NEXT_HOP_OK, &[0x40, 6, 1, 0]],
+                &nlri,
+            )),
+            discard,
+        ),
+        (
+            "ORIGIN twice",
+            update(&update_body(
+                &[&ORIGIN_OK, &AS_PATH_OK, &NEXT_HOP_OK, &ORIGIN_OK],
+                &nlri,
+            )),
+            discard,
+        ),
     ]
 }
 
@@ -222,6 +308,50 @@ async fn every_malformed_message_class_gets_its_notification_and_a_reconnect() {
     let _s = accept(&listener, Stage::Established).await;
     let status = speaker.session_states()[&id].clone();
     assert_eq!(status.notifications_sent.values().sum::<u64>(), 10);
+    speaker.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_updates_that_rfc_7606_survives_keep_the_session_and_are_counted() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (speaker, id) = start(port, Duration::from_millis(20)).await;
+    let mut s = accept(&listener, Stage::Established).await;
+    let cases = kept_cases();
+    for (_, bytes, _) in &cases {
+        s.write_all(bytes).await.unwrap();
+    }
+    // A KEEPALIVE after them: once it is read, every UPDATE before it was.
+    s.write_all(&header(19, 4)).await.unwrap();
+    let mut want = std::collections::BTreeMap::new();
+    for (_, _, handling) in &cases {
+        *want.entry(*handling).or_insert(0u64) += 1;
+    }
+    let deadline = tokio::time::Instant::now() + STEP;
+    let status = loop {
+        let status = speaker.session_states()[&id].clone();
+        if status.malformed_updates == want {
+            break status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "counted {:?}, want {want:?} ({:?})",
+            status.malformed_updates,
+            cases.iter().map(|c| c.0).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.state, ferrolb_speaker::bgp::State::Established);
+    assert_eq!(status.established_count, 1, "never reset");
+    assert!(status.notifications_sent.is_empty(), "{status:?}");
+    assert!(status.last_malformed.is_some());
+    // Nothing but keepalives (or nothing) comes back: no NOTIFICATION, no close.
+    let mut buf = [0u8; 19];
+    match timeout(Duration::from_millis(300), s.read_exact(&mut buf)).await {
+        Err(_) => {}
+        Ok(Ok(_)) => assert_eq!(buf[18], 4, "only a KEEPALIVE may come"),
+        Ok(Err(e)) => panic!("the speaker closed the session: {e}"),
+    }
     speaker.shutdown().await;
 }
 

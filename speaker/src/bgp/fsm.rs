@@ -136,6 +136,8 @@ pub enum Event {
         /// Prefixes withdrawn in them.
         withdrawn: usize,
     },
+    /// The peer sent an UPDATE that RFC 7606 handles without a reset (the session is kept).
+    MalformedUpdate(crate::bgp::update_check::Malformed),
     /// Prefixes that could not be announced, and why.
     NotAnnounced {
         /// The prefixes.
@@ -503,8 +505,14 @@ impl Session {
                 Some(SessionError::UnexpectedMessage(FsmErrorState::OpenConfirm)),
                 out,
             ),
-            (State::Established, Message::Keepalive | Message::Update(_)) => {
+            (State::Established, Message::Keepalive) => self.restart_hold(now, out),
+            (State::Established, Message::Update(summary)) => {
                 self.restart_hold(now, out);
+                // RFC 7606: treat-as-withdraw and attribute discard keep the session; with
+                // nothing of the peer's kept, there is nothing else to do but say so.
+                if let Some(malformed) = summary.malformed {
+                    out.push(Output::Event(Event::MalformedUpdate(malformed)));
+                }
             }
             (State::Established, Message::RouteRefresh(rr)) => {
                 self.restart_hold(now, out);

@@ -43,6 +43,11 @@ pub struct PeerStatus {
     pub notifications_sent: BTreeMap<&'static str, u64>,
     /// NOTIFICATIONs received, by `code/subcode`.
     pub notifications_received: BTreeMap<String, u64>,
+    /// Malformed UPDATEs received and survived (RFC 7606), by
+    /// [`crate::bgp::update_check::Handling::metric_label`].
+    pub malformed_updates: BTreeMap<&'static str, u64>,
+    /// The last malformed UPDATE survived, for humans.
+    pub last_malformed: Option<String>,
     /// The last reason the session went down, for humans.
     pub last_error: Option<String>,
     /// Times the session reached Established.
@@ -57,6 +62,8 @@ impl Default for PeerStatus {
             updates_sent: 0,
             notifications_sent: BTreeMap::new(),
             notifications_received: BTreeMap::new(),
+            malformed_updates: BTreeMap::new(),
+            last_malformed: None,
             last_error: None,
             established_count: 0,
         }
@@ -269,6 +276,15 @@ impl PeerTask {
                 tracing::debug!(%peer, messages, announced, withdrawn, "sent UPDATEs");
                 self.status
                     .send_modify(|s| s.updates_sent += messages as u64);
+            }
+            Event::MalformedUpdate(m) => {
+                let handling = m.handling.metric_label();
+                tracing::warn!(%peer, error = %m.error, handling,
+                    "malformed UPDATE from the peer; session kept (RFC 7606)");
+                self.status.send_modify(|s| {
+                    *s.malformed_updates.entry(handling).or_default() += 1;
+                    s.last_malformed = Some(format!("{handling}: {}", m.error));
+                });
             }
             Event::NotAnnounced { prefixes, reason } => {
                 tracing::warn!(%peer, count = prefixes.len(), first = ?prefixes.first(), ?reason, "prefixes not announced");

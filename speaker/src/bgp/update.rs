@@ -404,7 +404,8 @@ mod tests {
             msgs[0].0,
             Message::Update(crate::bgp::update_check::UpdateSummary {
                 withdrawn: 0,
-                announced: 2
+                announced: 2,
+                malformed: None,
             })
         );
         let nh: Ipv6Addr = "fd00:99::1".parse().unwrap();

@@ -26,6 +26,15 @@ pub struct NotificationLabels {
     pub code: String,
 }
 
+/// Per-peer labels of malformed UPDATEs survived (RFC 7606).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MalformedLabels {
+    /// `BGPPeer` name.
+    pub peer: String,
+    /// `treat_as_withdraw` or `attribute_discard`.
+    pub handling: String,
+}
+
 /// Labels of the per-address announcement gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct AnnouncedLabels {
@@ -74,6 +83,8 @@ pub struct Metrics {
     pub bgp_announced_prefixes: Family<PeerLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     /// NOTIFICATIONs sent and received.
     pub bgp_notifications: Family<NotificationLabels, Counter<u64, AtomicU64>>,
+    /// Malformed UPDATEs received that kept the session (RFC 7606), by handling.
+    pub bgp_malformed_updates: Family<MalformedLabels, Counter<u64, AtomicU64>>,
     /// Configuration this node could not use, by reason.
     pub config_errors: Family<ReasonLabels, Counter>,
     /// Addresses this node was elected for but cannot answer on any interface, by reason.
@@ -150,6 +161,11 @@ impl Metrics {
             "bgp_notifications",
             "BGP NOTIFICATIONs sent and received",
             self.bgp_notifications.clone(),
+        );
+        r.register(
+            "bgp_malformed_updates",
+            "Malformed UPDATEs received from a peer that kept the session (RFC 7606 treat-as-withdraw or attribute discard)",
+            self.bgp_malformed_updates.clone(),
         );
         r.register(
             "config_errors",

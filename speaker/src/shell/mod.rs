@@ -32,7 +32,10 @@ use crate::l2::iface::{self, InterfaceInfo};
 use crate::l2::responder::Responder;
 use crate::planner::ServiceKey;
 use crate::planner::incremental::{BgpTracker, L2Tracker, Unable};
-use metrics::{AnnouncedLabels, Metrics, NotificationLabels, PeerLabels, ReasonLabels, advance};
+use metrics::{
+    AnnouncedLabels, MalformedLabels, Metrics, NotificationLabels, PeerLabels, ReasonLabels,
+    advance,
+};
 use status::{Desired, StatusQueue};
 
 /// What the operator configured.
@@ -74,6 +77,10 @@ pub struct Speaker {
     unable_here: BTreeSet<IpAddr>,
     unable_reasons: BTreeMap<IpAddr, &'static str>,
     cannot_answer_labels: BTreeSet<&'static str>,
+    /// Peers whose session metrics were exported: a peer no longer configured has its series
+    /// removed (else `ferrolb_bgp_session_up == 0` would alert forever for a peer removed while
+    /// down).
+    exported_peers: BTreeSet<String>,
     interface_faults: BTreeMap<String, String>,
     open_interfaces: BTreeMap<String, crate::l2::OpenInterface>,
     peers: Vec<PeerConfig>,
@@ -109,6 +116,7 @@ impl Speaker {
             unable_here: BTreeSet::new(),
             unable_reasons: BTreeMap::new(),
             cannot_answer_labels: BTreeSet::new(),
+            exported_peers: BTreeSet::new(),
             interface_faults: BTreeMap::new(),
             open_interfaces: BTreeMap::new(),
             peers: Vec::new(),
@@ -399,7 +407,7 @@ impl Speaker {
         }
         self.advertised
             .retain(|p, _| configured.contains(p.as_str()));
-        self.export_sessions(bgp);
+        self.export_sessions();
         u.services
     }
 
@@ -508,8 +516,17 @@ impl Speaker {
         }
     }
 
-    fn export_sessions(&self, bgp: &BgpSpeaker) {
-        for (PeerId(peer), st) in bgp.session_states() {
+    fn export_sessions(&mut self) {
+        let Some(bgp) = &self.bgp else { return };
+        let states = bgp.session_states();
+        let now: BTreeSet<String> = states.iter().map(|(PeerId(p), _)| p.clone()).collect();
+        for gone in self.exported_peers.difference(&now) {
+            let labels = PeerLabels { peer: gone.clone() };
+            self.metrics.bgp_session_up.remove(&labels);
+            self.metrics.bgp_announced_prefixes.remove(&labels);
+        }
+        self.exported_peers = now;
+        for (PeerId(peer), st) in states {
             let labels = PeerLabels { peer: peer.clone() };
             self.metrics
                 .bgp_session_up
@@ -548,14 +565,19 @@ impl Speaker {
                     advance(&self.metrics.bgp_notifications.get_or_create(&l), n);
                 }
             }
+            for (handling, n) in &st.malformed_updates {
+                let l = MalformedLabels {
+                    peer: peer.clone(),
+                    handling: (*handling).into(),
+                };
+                advance(&self.metrics.bgp_malformed_updates.get_or_create(&l), *n);
+            }
         }
     }
 
     /// Refreshes session metrics (call it every few seconds: session state changes on its own).
     pub fn tick(&mut self) {
-        if let Some(bgp) = &self.bgp {
-            self.export_sessions(bgp);
-        }
+        self.export_sessions();
         self.export_l2();
     }
 
