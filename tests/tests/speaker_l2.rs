@@ -121,6 +121,31 @@ fn with_external_traffic_policy_local_the_owner_has_a_ready_endpoint_and_follows
 }
 
 #[test]
+fn a_local_policy_service_whose_endpoints_existed_before_it_is_answered_by_the_endpoint_node() {
+    let Some(c) = cluster() else { return };
+    let addr = ip("10.99.0.103");
+    advertise(&c, json!({}));
+    let client = c.client();
+    // The slice comes first: the speakers keep no endpoints of a Service they do not handle,
+    // and must list this one's slices once it becomes a LoadBalancer of theirs. (The pause
+    // orders the two watch streams, which are separate connections: without it the Service
+    // may reach a speaker before the slice does, and the test would prove nothing. Checked:
+    // with the list disabled, this test fails.)
+    c.block(async move {
+        endpoints(client.clone(), "early", &[("node-c", true)]).await;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        service(client, "early", &[addr], true).await;
+    });
+    let owner = c.wait_for_owner(addr, |n| n == "node-c");
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+    // From then on the watch carries its endpoints.
+    let client = c.client();
+    c.block(async move { endpoints(client, "early", &[("node-a", true)]).await });
+    c.wait_for_owner(addr, |n| n == "node-a");
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, 0)), mac(&c, 0));
+}
+
+#[test]
 fn excluded_and_network_unavailable_nodes_hand_the_address_to_an_eligible_node() {
     let Some(c) = cluster() else { return };
     let addr = ip("10.99.0.102");

@@ -205,10 +205,19 @@ impl StatusQueue {
     }
 }
 
-/// What the task believes exists, by object name.
+/// What the task believes exists, by object name: a fingerprint of each object's status
+/// (`None`: no status yet), not the status itself (one per Service this node announces).
 struct Written<K: StatusKind> {
     api: Api<K>,
-    objects: Mutex<HashMap<String, Option<K::Payload>>>,
+    objects: Mutex<HashMap<String, Option<u64>>>,
+}
+
+/// A fingerprint of a status payload: equal payloads have equal fingerprints.
+fn fingerprint<P: Serialize>(payload: &P) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    serde_json::to_vec(payload).unwrap_or_default().hash(&mut h);
+    h.finish()
 }
 
 impl<K: StatusKind> Written<K> {
@@ -218,7 +227,7 @@ impl<K: StatusKind> Written<K> {
         let objects = list
             .items
             .into_iter()
-            .map(|o| (o.name_any(), o.payload().cloned()))
+            .map(|o| (o.name_any(), o.payload().map(fingerprint)))
             .collect();
         Ok(Self {
             api,
@@ -226,7 +235,7 @@ impl<K: StatusKind> Written<K> {
         })
     }
 
-    fn current(&self, name: &str) -> Option<Option<K::Payload>> {
+    fn current(&self, name: &str) -> Option<Option<u64>> {
         self.objects
             .lock()
             .expect("written lock")
@@ -234,7 +243,7 @@ impl<K: StatusKind> Written<K> {
             .cloned()
     }
 
-    fn record(&self, name: &str, payload: Option<Option<K::Payload>>) {
+    fn record(&self, name: &str, payload: Option<Option<u64>>) {
         let mut objects = self.objects.lock().expect("written lock");
         match payload {
             Some(p) => objects.insert(name.to_owned(), p),
@@ -265,7 +274,7 @@ impl<K: StatusKind> Written<K> {
                 }
                 Err(e) => Err(e),
             },
-            (Some(Some(now)), Some(want)) if now == *want => Ok(()),
+            (Some(Some(now)), Some(want)) if now == fingerprint(want) => Ok(()),
             (current, Some(want)) => {
                 if current.is_none() {
                     let meta = ObjectMeta {
@@ -292,7 +301,7 @@ impl<K: StatusKind> Written<K> {
                     .await
                 {
                     Ok(_) => {
-                        self.record(name, Some(Some(want.clone())));
+                        self.record(name, Some(Some(fingerprint(want))));
                         Ok(())
                     }
                     Err(kube::Error::Api(e)) if e.code == 404 => {
