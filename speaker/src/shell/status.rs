@@ -51,6 +51,10 @@ pub const WRITERS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest retry delay.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Objects per page when listing this node's objects at start.
+const LOAD_PAGE: u32 = 500;
+/// Objects written in a burst after which free memory is given back once the queue empties.
+const TRIM_AFTER_WRITES: usize = 1000;
 
 /// A status object kind the speaker maintains.
 pub trait StatusKind:
@@ -223,12 +227,21 @@ fn fingerprint<P: Serialize>(payload: &P) -> u64 {
 impl<K: StatusKind> Written<K> {
     async fn load(api: Api<K>, node: &str) -> Result<Self, kube::Error> {
         let selector = format!("{}={node}", names::STATUS_NODE_LABEL);
-        let list = api.list(&ListParams::default().labels(&selector)).await?;
-        let objects = list
-            .items
-            .into_iter()
-            .map(|o| (o.name_any(), o.payload().map(fingerprint)))
-            .collect();
+        // In pages: a node announcing 10,000 Services has as many objects.
+        let mut params = ListParams::default().labels(&selector).limit(LOAD_PAGE);
+        let mut objects = HashMap::new();
+        loop {
+            let page = api.list(&params).await?;
+            objects.extend(
+                page.items
+                    .into_iter()
+                    .map(|o| (o.name_any(), o.payload().map(fingerprint))),
+            );
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
         Ok(Self {
             api,
             objects: Mutex::new(objects),
@@ -349,13 +362,15 @@ impl StatusWriter {
             }
         });
         let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         next.for_each_concurrent(WRITERS, |(key, desired)| {
-            let (this, l2, bgp, queue, failures) = (
+            let (this, l2, bgp, queue, failures, written) = (
                 this.clone(),
                 l2.clone(),
                 bgp.clone(),
                 queue.clone(),
                 failures.clone(),
+                written.clone(),
             );
             async move {
                 let result = this.write(&l2, &bgp, &key, &desired).await;
@@ -364,6 +379,15 @@ impl StatusWriter {
                     Ok(()) => {
                         failures.lock().expect("failures lock").remove(&key);
                         queue.done(&key);
+                        // A burst of writes (the first sync, a failover of many Services)
+                        // leaves freed memory behind: give it back once it is over.
+                        use std::sync::atomic::Ordering::Relaxed;
+                        if written.fetch_add(1, Relaxed) + 1 >= TRIM_AFTER_WRITES
+                            && queue.is_empty()
+                        {
+                            written.store(0, Relaxed);
+                            ferrolb_telemetry::memory::release_free_memory();
+                        }
                     }
                     Err(e) => {
                         let n = {
