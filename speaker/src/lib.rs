@@ -1,4 +1,5 @@
 //! FerroLB speaker: what to announce, layer-2 and BGP announcement, membership.
+pub mod bfd;
 pub mod bgp;
 pub mod cluster;
 pub mod l2;
