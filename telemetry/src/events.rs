@@ -31,6 +31,8 @@ use tokio::sync::Notify;
 pub const CAPACITY: usize = 4096;
 /// Events published at once: few, so status writes keep most of the API server's capacity.
 pub const CONCURRENCY: usize = 2;
+/// Room kept by an empty queue; a larger one is given back.
+const SHRINK_ABOVE: usize = 64;
 
 type Key = (Option<String>, Option<String>, String);
 
@@ -98,7 +100,14 @@ impl EventQueue {
     pub fn pop(&self) -> Option<(ObjectReference, Event)> {
         let mut inner = self.inner.lock().expect("event queue lock");
         let key = inner.order.pop_front()?;
-        inner.pending.remove(&key)
+        let item = inner.pending.remove(&key);
+        if inner.order.is_empty() && inner.pending.capacity() > SHRINK_ABOVE {
+            // A burst (thousands of Services assigned at start) grew the queue to its
+            // capacity; an idle queue keeps none of that.
+            inner.pending = HashMap::new();
+            inner.order = VecDeque::new();
+        }
+        item
     }
 
     /// How many Events wait.
@@ -261,5 +270,18 @@ mod tests {
         assert_eq!(q.push(target("c"), event("R", "c")), Pushed::DroppedOldest);
         assert_eq!(q.len(), 2);
         assert_eq!(q.pop().unwrap().0.name.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_drained_queue_gives_back_the_room_a_burst_took() {
+        let q = EventQueue::new(CAPACITY);
+        for i in 0..2000 {
+            q.push(target(&format!("svc-{i}")), event("R", "n"));
+        }
+        assert!(q.inner.lock().unwrap().pending.capacity() >= 2000);
+        while q.pop().is_some() {}
+        let inner = q.inner.lock().unwrap();
+        assert!(inner.pending.capacity() <= SHRINK_ABOVE);
+        assert!(inner.order.capacity() <= SHRINK_ABOVE);
     }
 }

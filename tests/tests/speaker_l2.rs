@@ -106,6 +106,9 @@ fn with_external_traffic_policy_local_the_owner_has_a_ready_endpoint_and_follows
     });
     let owner = c.wait_for_owner(addr, |n| n == "node-c");
     assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+    c.wait("only the owner to export the address as announced", || {
+        (c.announced_by(addr, "layer2") == vec![owner]).then_some(())
+    });
     for (to, moved) in [("node-a", 0), ("node-b", 1)] {
         let client = c.client();
         c.block(async move {
@@ -116,6 +119,11 @@ fn with_external_traffic_policy_local_the_owner_has_a_ready_endpoint_and_follows
             c.wait_for_answers(addr, &mac(&c, moved)),
             mac(&c, moved),
             "after the endpoint moved to {to}"
+        );
+        // The metric follows: the new owner exports it, the old one no longer does.
+        c.wait(
+            "only the new owner to export the address as announced",
+            || (c.announced_by(addr, "layer2") == vec![moved]).then_some(()),
         );
     }
 }

@@ -86,8 +86,9 @@ pub struct Speaker {
     peers: Vec<PeerConfig>,
     advertised: BTreeMap<String, Vec<Advertisement>>,
     l2_announcing: BTreeSet<ServiceKey>,
-    /// The `announced` metric's label sets per Service (a `Vec`: one or two per Service).
-    announced: HashMap<ServiceKey, Vec<AnnouncedLabels>>,
+    /// The `announced` metric's series per Service, as (address, protocol): the label sets
+    /// themselves live in the metric family only.
+    announced: HashMap<ServiceKey, Box<[(IpAddr, &'static str)]>>,
     live: BTreeSet<String>,
     status: Arc<StatusQueue>,
     events: Arc<EventQueue>,
@@ -416,7 +417,7 @@ impl Speaker {
     fn queue_status(&mut self, cluster: &Cluster, key: &ServiceKey) {
         let node = self.settings.node.clone();
         let rec = cluster.service_rec(key);
-        let mut labels: Vec<AnnouncedLabels> = Vec::new();
+        let mut labels: Vec<(IpAddr, &'static str)> = Vec::new();
         let mut desired = Desired::default();
         if let Some(rec) = rec {
             let mut ips = Vec::new();
@@ -425,12 +426,7 @@ impl Speaker {
                 if let Some(names) = self.answering.get(ip) {
                     ips.push(ip.to_string());
                     ifs.extend(names.iter().cloned());
-                    labels.push(AnnouncedLabels {
-                        namespace: key.namespace.clone(),
-                        service: key.name.clone(),
-                        ip: ip.to_string(),
-                        protocol: "layer2".into(),
-                    });
+                    labels.push((*ip, "layer2"));
                 }
             }
             if !ips.is_empty() {
@@ -447,12 +443,7 @@ impl Speaker {
                     desired.bgp = Some(status::bgp_payload(key, &node, &peers));
                 }
                 for ip in &rec.ingress {
-                    labels.push(AnnouncedLabels {
-                        namespace: key.namespace.clone(),
-                        service: key.name.clone(),
-                        ip: ip.to_string(),
-                        protocol: "bgp".into(),
-                    });
+                    labels.push((*ip, "bgp"));
                 }
             }
         }
@@ -473,16 +464,21 @@ impl Speaker {
         }
         labels.sort();
         labels.dedup();
-        labels.shrink_to_fit();
         let old = self.announced.remove(key).unwrap_or_default();
+        let label_set = |(ip, protocol): &(IpAddr, &'static str)| AnnouncedLabels {
+            namespace: key.namespace.clone(),
+            service: key.name.clone(),
+            ip: ip.to_string(),
+            protocol: (*protocol).into(),
+        };
         for gone in old.iter().filter(|l| !labels.contains(l)) {
-            self.metrics.announced.remove(gone);
+            self.metrics.announced.remove(&label_set(gone));
         }
-        for l in &labels {
-            self.metrics.announced.get_or_create(l).set(1);
+        for l in labels.iter().filter(|l| !old.contains(l)) {
+            self.metrics.announced.get_or_create(&label_set(l)).set(1);
         }
         if !labels.is_empty() {
-            self.announced.insert(key.clone(), labels);
+            self.announced.insert(key.clone(), labels.into_boxed_slice());
         }
         self.status.set(key.clone(), desired);
         self.metrics.status_pending.set(self.status.len() as i64);

@@ -213,15 +213,37 @@ impl Cluster {
         }
     }
 
+    /// Node `i`'s speaker's `/metrics` text.
+    pub fn metrics(&self, i: usize) -> Option<String> {
+        let addr = SocketAddr::new(node_v4(i).into(), 7473);
+        netns::in_namespace(self.topo.node(i).name(), move || http_get(addr))
+            .ok()
+            .flatten()
+    }
+
     /// How many live speakers node `i`'s speaker sees through gossip (its `/metrics`).
     pub fn gossip_members(&self, i: usize) -> Option<i64> {
-        let addr = SocketAddr::new(node_v4(i).into(), 7473);
-        let text = netns::in_namespace(self.topo.node(i).name(), move || http_get(addr))
-            .ok()
-            .flatten()?;
-        text.lines()
+        self.metrics(i)?
+            .lines()
             .find_map(|l| l.strip_prefix("ferrolb_gossip_members "))
             .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The nodes whose speaker exports `ferrolb_service_address_announced` for `ip` over
+    /// `protocol`.
+    pub fn announced_by(&self, ip: IpAddr, protocol: &str) -> Vec<usize> {
+        let needle = format!("ip=\"{ip}\",protocol=\"{protocol}\"");
+        (0..NODE_NAMES.len())
+            .filter(|i| {
+                self.metrics(*i).is_some_and(|m| {
+                    m.lines().any(|l| {
+                        l.starts_with("ferrolb_service_address_announced{")
+                            && l.contains(&needle)
+                            && l.ends_with(" 1")
+                    })
+                })
+            })
+            .collect()
     }
 
     /// Waits until every speaker sees all three through gossip, so ownership is computed from
