@@ -478,7 +478,8 @@ impl Speaker {
             self.metrics.announced.get_or_create(&label_set(l)).set(1);
         }
         if !labels.is_empty() {
-            self.announced.insert(key.clone(), labels.into_boxed_slice());
+            self.announced
+                .insert(key.clone(), labels.into_boxed_slice());
         }
         self.status.set(key.clone(), desired);
         self.metrics.status_pending.set(self.status.len() as i64);
