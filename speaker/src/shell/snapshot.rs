@@ -156,7 +156,9 @@ pub fn secret_bytes(secrets: &[Secret], name: &str, key: &str) -> Option<Vec<u8>
         .map(|v| v.clone().into_bytes())
 }
 
-/// Parses Kubernetes-style durations (`90s`, `1m30s`, `500ms`, `1.5h`).
+/// Parses Kubernetes-style durations (`90s`, `1m30s`, `500ms`, `1.5h`); `None` for anything
+/// else, including a duration too long to represent (never a panic: a BGPPeer that got past the
+/// CRD's rules with `holdTime: 99999999999999999999s` is a configuration error, not a crash).
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let mut total = 0f64;
     let mut rest = s.trim();
@@ -181,7 +183,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         total += n * unit;
         rest = &rest[len..];
     }
-    Some(Duration::from_secs_f64(total))
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// The name of a per-node status object for a Service: `<service>.<namespace>.<node>`,
@@ -218,6 +220,17 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("ninety"), None);
         assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn a_duration_too_long_to_represent_is_refused_not_a_panic() {
+        assert_eq!(parse_duration("99999999999999999999s"), None);
+        assert_eq!(parse_duration("1e400s"), None);
+        assert_eq!(
+            parse_duration(&format!("{}h", "9".repeat(400))),
+            None,
+            "infinite"
+        );
     }
 
     #[test]
