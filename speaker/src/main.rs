@@ -83,6 +83,16 @@ struct Args {
     /// flag of the same name: both binaries must agree on what FerroLB handles).
     #[arg(long, env = "FERROLB_IGNORE_UNCLASSED")]
     ignore_unclassed: bool,
+    /// On SIGTERM, how long BGP routes stay announced with the GRACEFUL_SHUTDOWN community
+    /// (RFC 8326) before the sessions close, so routers move traffic to other nodes first; 0s
+    /// withdraws at once. Keep it below the Pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "FERROLB_BGP_DRAIN_TIME", default_value = "5s", value_parser = drain_time)]
+    bgp_drain_time: Duration,
+}
+
+fn drain_time(s: &str) -> Result<Duration, String> {
+    ferrolb_speaker::shell::snapshot::parse_duration(s)
+        .ok_or_else(|| format!("`{s}` is not a duration such as 5s"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -295,9 +305,9 @@ async fn speaker_main() -> anyhow::Result<()> {
     };
     tokio::select! {
         _ = run => {}
-        _ = ferrolb_telemetry::shutdown_signal() => info!("shutting down: withdrawing announcements"),
+        _ = ferrolb_telemetry::shutdown_signal() => info!(drain = ?args.bgp_drain_time, "shutting down: draining BGP routes, then withdrawing announcements"),
     }
-    speaker.shutdown().await;
+    speaker.shutdown(args.bgp_drain_time).await;
     let _ = shutdown_tx.send(true);
     Ok(())
 }

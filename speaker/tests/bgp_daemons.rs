@@ -430,3 +430,55 @@ fn bird_drops_routes_at_once_when_a_speaker_without_graceful_restart_dies() {
         .route(&lab, V4_KEEP)
         .is_none()));
 }
+
+/// Drains (RFC 8326) over iBGP: the router sees our routes again with GRACEFUL_SHUTDOWN and
+/// LOCAL_PREF 0 while the session is still up, then loses them when we stop.
+fn graceful_shutdown(d: Daemon, name: &str) {
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new(name);
+    let session = Session {
+        ibgp: true,
+        password: None,
+        graceful_restart: false,
+    };
+    d.start(&mut lab, &session);
+    let mut probe = Probe::start(&lab, &peer_json(true, None, false));
+    probe.send(advertise(&[V4_KEEP, V6_KEEP]));
+    assert!(probe.wait_state("Established", ESTABLISH).is_some());
+    assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
+    let (community, local_pref) = match d {
+        Daemon::Bird => ("(65535,0)", "BGP.local_pref: 0\n"),
+        Daemon::Frr => ("graceful-shutdown", "localpref 0,"),
+        Daemon::Gobgp => ("65535:0", "{LocalPref: 0}"),
+    };
+    probe.send(json!("drain"));
+    for prefix in [V4_KEEP, V6_KEEP] {
+        let mut last = None;
+        let drained = eventually(CONVERGE, || {
+            last = d.route(&lab, prefix);
+            last.as_deref()
+                .is_some_and(|r| r.contains(community) && r.contains(local_pref))
+        });
+        assert!(drained, "{d:?} {prefix} while draining: {last:?}");
+    }
+    // The session is still up: the routes are kept, only less preferred.
+    assert!(
+        probe
+            .wait_state("Established", Duration::from_millis(10))
+            .is_some()
+    );
+    probe.shutdown();
+    assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_none()));
+}
+
+#[test]
+fn bird_sees_our_routes_with_graceful_shutdown_and_local_pref_0_while_we_drain() {
+    graceful_shutdown(Daemon::Bird, "bird-gshut");
+}
+
+#[test]
+fn frr_sees_our_routes_with_graceful_shutdown_and_local_pref_0_while_we_drain() {
+    graceful_shutdown(Daemon::Frr, "frr-gshut");
+}

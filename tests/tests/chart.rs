@@ -162,6 +162,7 @@ const SPEAKER_FLAGS: &[&str] = &[
     "--gossip-secret",
     "--load-balancer-class",
     "--ignore-unclassed",
+    "--bgp-drain-time",
 ];
 
 /// The values variants the chart documents, one file each in `charts/ferrolb/ci/`.

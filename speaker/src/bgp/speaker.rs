@@ -7,9 +7,27 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::config::{Advertisement, PeerConfig, PeerId};
+use super::config::{Advertisement, Community, PeerConfig, PeerId};
 use super::error::CeaseReason;
 use super::peer::{PeerStatus, PeerTask};
+
+/// The GRACEFUL_SHUTDOWN well-known community, 65535:0 (RFC 8326).
+pub const GRACEFUL_SHUTDOWN: Community = Community(0xffff_0000);
+
+/// The routes of `advertisements` as a leaving speaker announces them (RFC 8326): with
+/// GRACEFUL_SHUTDOWN, and LOCAL_PREF 0 (sent to iBGP peers only), so the routers prefer every
+/// other path while this one still carries traffic.
+pub fn draining(advertisements: &[Advertisement]) -> Vec<Advertisement> {
+    advertisements
+        .iter()
+        .cloned()
+        .map(|mut a| {
+            a.attrs.communities.insert(GRACEFUL_SHUTDOWN);
+            a.attrs.local_pref = Some(0);
+            a
+        })
+        .collect()
+}
 
 struct PeerHandle {
     config: PeerConfig,
@@ -111,6 +129,35 @@ impl BgpSpeaker {
     /// A receiver that sees every status change of `peer`, for waiting on a state.
     pub fn watch_status(&self, peer: &PeerId) -> Option<watch::Receiver<PeerStatus>> {
         self.lock().peers.get(peer).map(|h| h.status.clone())
+    }
+
+    /// Starts a graceful shutdown (RFC 8326): every route of every peer is announced again
+    /// [`draining`]. Returns once each Established session that has routes has written the
+    /// UPDATEs, or after `timeout`; then keep the sessions up for the drain time (routers move
+    /// traffic meanwhile) and call [`BgpSpeaker::shutdown`]. Advertisements set after this
+    /// replace the draining ones.
+    pub async fn drain(&self, timeout: Duration) {
+        let mut waits = Vec::new();
+        {
+            let inner = self.lock();
+            for (id, tx) in &inner.advertisements {
+                let current = tx.borrow().clone();
+                let Some(handle) = inner.peers.get(id) else {
+                    continue;
+                };
+                let before = handle.status.borrow().clone();
+                let established = before.state == super::fsm::State::Established;
+                tx.send_replace(Arc::new(draining(&current)));
+                if established && !current.is_empty() {
+                    waits.push((handle.status.clone(), before.updates_sent));
+                }
+            }
+        }
+        let all_sent =
+            futures::future::join_all(waits.into_iter().map(|(mut rx, sent)| async move {
+                let _ = rx.wait_for(|s| s.updates_sent > sent).await;
+            }));
+        let _ = tokio::time::timeout(timeout, all_sent).await;
     }
 
     /// Ends every session with Cease "administrative shutdown" and waits (up to 5 s) for the

@@ -3,8 +3,8 @@
 //!
 //! Usage: `bgp-probe '<PeerConfig JSON>'...`. Then reads commands from stdin, one per line:
 //! `{"advertise": {"peer": "<id>", "advertisements": [<Advertisement>...]}}`,
-//! `{"hosts": {"peer": "<id>", "base": "10.99.128.0", "count": 100000}}` (that many /32s), or
-//! `"shutdown"`. Prints each status change as one JSON line:
+//! `{"hosts": {"peer": "<id>", "base": "10.99.128.0", "count": 100000}}` (that many /32s),
+//! `"drain"` (announce every route again with GRACEFUL_SHUTDOWN, RFC 8326) or `"shutdown"`. Prints each status change as one JSON line:
 //! `{"peer": "<id>", "status": <PeerStatus>, "elapsed_ms": <since start>}`.
 
 use std::collections::BTreeMap;
@@ -29,6 +29,7 @@ enum Command {
         base: Ipv4Addr,
         count: u32,
     },
+    Drain,
     Shutdown,
 }
 
@@ -77,6 +78,7 @@ async fn main() -> Result<()> {
                         .collect();
                     speaker.set_advertisements(&peer, advs);
                 }
+                Command::Drain => speaker.drain(Duration::from_secs(5)).await,
                 Command::Shutdown => {
                     speaker.shutdown().await;
                     return Ok(());

@@ -578,8 +578,17 @@ impl Speaker {
         self.export_l2();
     }
 
-    /// Withdraws everything: answers stop, sessions close with Cease.
-    pub async fn shutdown(&mut self) {
+    /// Withdraws everything: BGP routes are first announced with GRACEFUL_SHUTDOWN (RFC 8326)
+    /// and kept for `drain` (when it is not zero), then answers stop and sessions close with
+    /// Cease.
+    pub async fn shutdown(&mut self, drain: std::time::Duration) {
+        if let Some(b) = &self.bgp
+            && !drain.is_zero()
+        {
+            let started = std::time::Instant::now();
+            b.drain(drain).await;
+            tokio::time::sleep(drain.saturating_sub(started.elapsed())).await;
+        }
         if let Some(r) = &self.responder {
             let _ = r.set_owned(&BTreeMap::new());
         }
