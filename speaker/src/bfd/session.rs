@@ -31,7 +31,11 @@
 //!   re-derived at once (the one-second floor of §6.8.3 must apply while not Up) and a new Poll
 //!   Sequence announces them.
 //! - AdminDown keeps sending AdminDown packets at the slow rate for as long as it lasts (§6.8.16
-//!   asks for at least a detection time), and the detection timer does not run.
+//!   asks for at least a detection time), and the detection timer does not run. The first one
+//!   goes out at once, from [`Session::set_admin_down`], outside the transmit interval of
+//!   §6.8.7 (as a Final does): the slow rate takes effect at once, and without it the peer's
+//!   detection time (3 x 300 ms with the default profile) often ran out before our next packet,
+//!   so the peer saw a failure instead of AdminDown (RFC 5882 §3.2).
 
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
@@ -366,14 +370,20 @@ impl Session {
         }
     }
 
-    /// Disables the session (§6.8.16): state AdminDown, diag Administratively Down. AdminDown
-    /// packets keep going out at the slow rate; packets from the peer are ignored.
+    /// Disables the session (§6.8.16): state AdminDown, diag Administratively Down. The first
+    /// AdminDown packet is among the outputs, unless the session sends nothing at all (passive
+    /// and never heard, or asked for no packets); more keep going out at the slow rate, counted
+    /// from the last periodic packet. Packets from the peer are ignored.
     pub fn set_admin_down(&mut self) -> Vec<Output> {
         let mut out = Vec::new();
         if self.state != State::AdminDown {
             self.transition(State::AdminDown, Diag::AdministrativelyDown, &mut out);
             self.last_rx = None;
             self.sync_timers();
+            if self.transmitting() {
+                let polling = self.poll_sequence == PollSequence::Polling;
+                out.push(Output::Send(self.control_packet(polling, false)));
+            }
         }
         out
     }

@@ -272,3 +272,90 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Prints why a test cannot run and returns true, when it cannot (see [`missing`]); fails
+/// instead under `FERROLB_REQUIRE_BINARIES=1`, where a skip would hide a broken setup.
+pub fn skip_unless_available(binaries: &[&str]) -> bool {
+    let Some(why) = missing(binaries) else {
+        return false;
+    };
+    let required = std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1");
+    assert!(!required, "{why} (FERROLB_REQUIRE_BINARIES=1)");
+    eprintln!("skipped: {why}");
+    true
+}
+
+impl Lab {
+    /// Drops every IPv4 and IPv6 packet in and out of the router namespace (`iptables` /
+    /// `ip6tables` DROP on INPUT and OUTPUT), so the daemon hears silence while the link stays
+    /// up on both sides. (This kernel has no `tc` drop action.)
+    pub fn cut_router(&self) {
+        self.router_filter("-I");
+    }
+
+    /// Undoes [`Lab::cut_router`].
+    pub fn restore_router(&self) {
+        self.router_filter("-D");
+    }
+
+    /// Starts BIRD in the router namespace with `conf`; its control socket is `bird.ctl` in the
+    /// lab directory, its pid file `bird.pid` (killed on drop).
+    pub fn spawn_bird(&mut self, conf: &str) {
+        std::fs::write(self.path("bird.conf"), conf).unwrap();
+        let (c, s, p) = (
+            self.path("bird.conf"),
+            self.path("bird.ctl"),
+            self.path("bird.pid"),
+        );
+        self.spawn_router(&["bird", "-f", "-c", &c, "-s", &s, "-P", &p], "bird.log");
+    }
+
+    fn router_filter(&self, op: &str) {
+        let script = ["iptables", "ip6tables"]
+            .iter()
+            .flat_map(|t| ["INPUT", "OUTPUT"].map(|chain| format!("{t} {op} {chain} -j DROP")))
+            .collect::<Vec<_>>()
+            .join(" && ");
+        must(&["ip", "netns", "exec", &self.router_ns, "sh", "-c", &script]);
+    }
+}
+
+impl Probe {
+    /// Starts the binary `exe` with `args` in the speaker namespace; its stdout is read as JSON
+    /// lines (see [`Probe::next_line`]).
+    pub fn spawn(lab: &Lab, exe: &str, args: &[String]) -> Probe {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &lab.speaker_ns, exe])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str(&line)
+                    && tx.send(v).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Probe {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            last: None,
+        }
+    }
+
+    /// The next line the probe prints, waiting at most `timeout`.
+    pub fn next_line(&mut self, timeout: Duration) -> Option<serde_json::Value> {
+        let v = self.lines.recv_timeout(timeout).ok()?;
+        self.last = Some(v.clone());
+        Some(v)
+    }
+}

@@ -648,6 +648,42 @@ fn an_admin_down_session_ignores_its_peer_and_says_admin_down() {
 }
 
 #[test]
+fn disabling_a_session_sends_admin_down_at_once_so_the_peer_hears_it_before_detecting_silence() {
+    // Found with two shells on loopback: at 300 ms x 3 the peer declares us down 900 ms after
+    // our last packet, and the slow rate (1 s less 0-25 % jitter) that AdminDown switches to at
+    // once put the next packet after that in about 40 % of runs.
+    let t0 = Instant::now();
+    let mut s = up_session(SessionConfig::default(), t0);
+    send_next(&mut s);
+    let out = s.set_admin_down();
+    let sent = sends(&out);
+    assert_eq!(sent.len(), 1, "{out:?}");
+    assert_eq!(
+        (sent[0].state, sent[0].diag, sent[0].your_discriminator),
+        (State::AdminDown, Diag::AdministrativelyDown, PEER)
+    );
+    assert!(!sent[0].fin);
+    assert_eq!(decode(&sent[0].encode()), Ok(sent[0]));
+    assert!(s.set_admin_down().is_empty(), "only the transition sends");
+    // The slow-rate packets follow as before.
+    let p = send_next(&mut s);
+    assert_eq!(p.state, State::AdminDown);
+}
+
+#[test]
+fn disabling_a_session_that_sends_nothing_sends_nothing() {
+    let t0 = Instant::now();
+    let passive = SessionConfig {
+        passive: true,
+        ..SessionConfig::default()
+    };
+    let mut s = session(passive, t0);
+    let out = s.set_admin_down();
+    assert_eq!(changes(&out).len(), 1);
+    assert!(sends(&out).is_empty(), "{out:?}");
+}
+
+#[test]
 fn enabling_an_admin_down_session_returns_it_to_down() {
     let t0 = Instant::now();
     let mut s = session(SessionConfig::default(), t0);
