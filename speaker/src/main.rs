@@ -406,6 +406,13 @@ fn spawn_watches(
         Cluster::community,
     );
     spawn_watch(
+        Api::namespaced(c.clone(), ns),
+        all(),
+        cluster,
+        changed,
+        Cluster::bfd_profile,
+    );
+    spawn_watch(
         Api::namespaced(c, ns),
         all(),
         cluster,

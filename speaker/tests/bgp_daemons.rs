@@ -11,7 +11,9 @@ mod bgp_support;
 
 use std::time::Duration;
 
-use bgp_support::lab::{Lab, Probe, ROUTER_V4, SPEAKER_V4, SPEAKER_V6, eventually, missing};
+use bgp_support::lab::{
+    Lab, Probe, ROUTER_V4, SPEAKER_V4, SPEAKER_V6, eventually, skip_unless_available,
+};
 use serde_json::json;
 
 const SPEAKER_AS: u32 = 64512;
@@ -61,13 +63,7 @@ impl Daemon {
                      ipv4 {{ import all; export none; gateway direct; }};\n\
                      ipv6 {{ import all; export none; gateway direct; }}; }}\n"
                 );
-                std::fs::write(lab.path("bird.conf"), conf).unwrap();
-                let (c, s, p) = (
-                    lab.path("bird.conf"),
-                    lab.path("bird.ctl"),
-                    lab.path("bird.pid"),
-                );
-                lab.spawn_router(&["bird", "-f", "-c", &c, "-s", &s, "-P", &p], "bird.log");
+                lab.spawn_bird(&conf);
             }
             Daemon::Frr => {
                 let password = s
@@ -223,12 +219,9 @@ fn advertise(prefixes: &[&str]) -> serde_json::Value {
     json!({"advertise": {"peer": "router", "advertisements": advs}})
 }
 
+/// Whether `d` cannot run here (printed); fails instead under `FERROLB_REQUIRE_BINARIES=1`.
 fn skip(d: Daemon) -> bool {
-    if let Some(why) = missing(d.binaries()) {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    false
+    skip_unless_available(d.binaries())
 }
 
 const V4_KEEP: &str = "10.99.10.1/32";
@@ -481,4 +474,70 @@ fn bird_sees_our_routes_with_graceful_shutdown_and_local_pref_0_while_we_drain()
 #[test]
 fn frr_sees_our_routes_with_graceful_shutdown_and_local_pref_0_while_we_drain() {
     graceful_shutdown(Daemon::Frr, "frr-gshut");
+}
+
+/// BFD with BIRD (RFC 5882): a cut is seen by BFD within a second and takes the BGP session
+/// down then, where the 9 s hold time alone would take up to 9 s. Five cuts.
+#[test]
+fn bfd_takes_the_bgp_session_down_within_a_second_of_a_cut_where_the_hold_time_takes_nine() {
+    let d = Daemon::Bird;
+    if skip(d) {
+        return;
+    }
+    if skip_unless_available(&["iptables", "ip6tables"]) {
+        return;
+    }
+    let mut lab = Lab::new("bird-bfdbgp");
+    let conf = format!(
+        "router id {ROUTER_V4};\nprotocol device {{}}\n\
+         protocol bfd {{ interface \"*\" {{ interval 300 ms; multiplier 3; }}; }}\n\
+         protocol bgp spk {{ local {ROUTER_V4} as {ROUTER_AS}; neighbor {SPEAKER_V4} as {SPEAKER_AS};\n\
+         passive on; direct; bfd on; hold time 9; error wait time 1, 2;\n\
+         ipv4 {{ import all; export none; gateway direct; }};\n\
+         ipv6 {{ import all; export none; gateway direct; }}; }}\n"
+    );
+    lab.spawn_bird(&conf);
+    let mut peer = peer_json(false, None, false);
+    let ms300 = json!({"secs": 0, "nanos": 300_000_000});
+    peer["hold_time"] = json!({"secs": 9, "nanos": 0});
+    peer["bfd"] = json!({
+        "receive_interval": ms300, "transmit_interval": ms300, "detect_multiplier": 3,
+        "passive": false, "minimum_ttl": 254,
+    });
+    let mut probe = Probe::start(&lab, &peer);
+    probe.send(advertise(&[V4_KEEP]));
+    let mut took = Vec::new();
+    for cut in 1..=5 {
+        let up = probe.wait_for(ESTABLISH, |v| {
+            v["status"]["state"] == "Established" && v["status"]["bfd"] == "Up"
+        });
+        assert!(up.is_some(), "cut {cut}: BGP Established with BFD Up");
+        assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
+        let at = std::time::Instant::now();
+        lab.cut_router();
+        let down = probe.wait_for(Duration::from_secs(5), |v| {
+            v["status"]["state"] != "Established" && v["status"]["bfd_downs"] == cut
+        });
+        took.push(at.elapsed());
+        lab.restore_router();
+        let down = down.unwrap_or_else(|| panic!("cut {cut}: the BGP session stayed up"));
+        assert!(
+            down["status"]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("BFD went down")),
+            "{down}"
+        );
+    }
+    took.sort();
+    println!(
+        "BFD 300 ms x 3 took the BGP session down {:?} (median) / {:?} (max) after a cut; \
+         the hold time is 9 s",
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(1500)),
+        "{took:?}"
+    );
+    probe.shutdown();
 }

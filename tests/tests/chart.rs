@@ -127,6 +127,7 @@ const SPEAKER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "bgpadvertisements", WATCH),
     call(Ns, "ferrolb.io", "bgppeers", WATCH),
     call(Ns, "ferrolb.io", "communities", WATCH),
+    call(Ns, "ferrolb.io", "bfdprofiles", WATCH),
     call(Ns, "ferrolb.io", "servicel2statuses", OWN),
     call(Ns, "ferrolb.io", "servicel2statuses/status", PATCH),
     call(Ns, "ferrolb.io", "servicebgpstatuses", OWN),

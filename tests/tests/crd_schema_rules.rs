@@ -406,3 +406,32 @@ async fn community_aliases_have_a_name_and_a_value() {
         "value",
     );
 }
+
+#[tokio::test]
+async fn bfd_profile_timers_stay_within_metallbs_ranges() {
+    let (c, ns) = cluster().await;
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "bfdprofiles",
+            "BFDProfile",
+            "ok",
+            json!({"receiveInterval": 300, "transmitInterval": 300, "detectMultiplier": 3,
+                   "passiveMode": true, "minimumTtl": 254}),
+        )
+        .await,
+    );
+    accepted(&create(&c, &ns, "bfdprofiles", "BFDProfile", "empty", json!({})).await);
+    for (name, spec, needle) in [
+        ("rx", json!({"receiveInterval": 5}), "receiveInterval"),
+        ("tx", json!({"transmitInterval": 60001}), "transmitInterval"),
+        ("mult", json!({"detectMultiplier": 1}), "detectMultiplier"),
+        ("ttl", json!({"minimumTtl": 255}), "minimumTtl"),
+    ] {
+        refused(
+            &create(&c, &ns, "bfdprofiles", "BFDProfile", name, spec).await,
+            needle,
+        );
+    }
+}

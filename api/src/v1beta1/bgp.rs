@@ -207,7 +207,10 @@ pub struct BGPPeerSpec {
     /// Advertise graceful restart (RFC 4724) so routers keep our routes while a speaker restarts.
     #[serde(default)]
     pub enable_graceful_restart: bool,
-    /// Name of a BFD profile, reserved for BFD support.
+    /// Name of a `BFDProfile` in the install namespace: the speakers run BFD with the peer and
+    /// take the session down as soon as BFD says the peer is gone (instead of after the hold
+    /// time). A profile that does not exist leaves the session without BFD, and the speakers
+    /// say so (log, `ferrolb_config_errors_total`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bfd_profile: Option<String>,
 }

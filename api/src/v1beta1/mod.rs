@@ -9,12 +9,14 @@
 // attributes, but each belongs to its own column.
 #![allow(clippy::duplicated_attributes)]
 
+mod bfd;
 mod bgp;
 mod community;
 mod l2;
 mod pool;
 mod status;
 
+pub use bfd::*;
 pub use bgp::*;
 pub use community::*;
 pub use l2::*;
@@ -49,6 +51,7 @@ pub fn all_crds()
         BGPAdvertisement::crd(),
         BGPPeer::crd(),
         Community::crd(),
+        BFDProfile::crd(),
         ServiceL2Status::crd(),
         ServiceBGPStatus::crd(),
     ];

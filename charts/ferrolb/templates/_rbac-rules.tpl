@@ -59,7 +59,7 @@ and the API calls recorded from the binaries are to be compared with that table.
   resources: [pods, secrets]
   verbs: [list, watch]
 - apiGroups: [ferrolb.io]
-  resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities]
+  resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities, bfdprofiles]
   verbs: [list, watch]
 - apiGroups: [ferrolb.io]
   resources: [servicel2statuses, servicebgpstatuses]

@@ -60,6 +60,53 @@ pub struct PeerConfig {
     /// Next hop for IPv6 routes when the session runs over IPv4 (IPv6 sessions use their local
     /// address).
     pub next_hop_v6: Option<Ipv6Addr>,
+    /// Run BFD (RFC 5880) with the peer: when BFD goes down after having been up, the BGP
+    /// session is taken down at once instead of after the hold time (RFC 5882). Multihop
+    /// (RFC 5883) when `ebgp_multihop` is set.
+    #[serde(default)]
+    pub bfd: Option<BfdSettings>,
+}
+
+/// The BFD values of a peer (MetalLB's `BFDProfile` fields that FerroLB runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BfdSettings {
+    /// The fastest rate we accept the peer's packets at.
+    pub receive_interval: Duration,
+    /// How often we would like to send.
+    pub transmit_interval: Duration,
+    /// Missed intervals after which the peer is declared down.
+    pub detect_multiplier: u8,
+    /// Wait for the peer to speak first.
+    pub passive: bool,
+    /// Lowest TTL accepted from a multihop peer (single hop always requires 255).
+    pub minimum_ttl: u8,
+}
+
+impl Default for BfdSettings {
+    /// MetalLB's `BFDProfile` defaults: 300 ms, 300 ms, 3, active, minimum TTL 254.
+    fn default() -> Self {
+        let d = crate::bfd::SessionConfig::default();
+        BfdSettings {
+            receive_interval: d.required_min_rx,
+            transmit_interval: d.desired_min_tx,
+            detect_multiplier: d.detect_mult,
+            passive: d.passive,
+            minimum_ttl: d.minimum_ttl,
+        }
+    }
+}
+
+impl BfdSettings {
+    /// The BFD session configuration these settings give.
+    pub fn session_config(&self) -> crate::bfd::SessionConfig {
+        crate::bfd::SessionConfig {
+            desired_min_tx: self.transmit_interval,
+            required_min_rx: self.receive_interval,
+            detect_mult: self.detect_multiplier,
+            passive: self.passive,
+            minimum_ttl: self.minimum_ttl,
+        }
+    }
 }
 
 /// Upper bound of the exponential connect back-off.
@@ -85,6 +132,7 @@ impl PeerConfig {
             ebgp_multihop: false,
             password: None,
             graceful_restart: false,
+            bfd: None,
             next_hop_v4: None,
             next_hop_v6: None,
         }

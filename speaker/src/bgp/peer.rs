@@ -4,10 +4,17 @@
 //! ```text
 //!  BgpSpeaker ──watch(advertisements)──▶ ┌──────────── peer task ────────────┐
 //!             ──watch(stop)────────────▶ │ select!{ commands, socket read,   │──▶ TCP to peer
-//!             ◀──watch(PeerStatus)────── │          connect, earliest timer } │
+//!             ◀──watch(PeerStatus)────── │          connect, earliest timer, │
+//!                                        │          BFD status }              │
 //!                                        │   Session::handle ─▶ apply_outputs │
 //!                                        └────────────────────────────────────┘
 //! ```
+//!
+//! With BFD configured, a BFD session to the peer starts with the first TCP connection (from
+//! its local address) and lives as long as the task. BFD going down after it was up closes the
+//! connection at once, as a broken connection would (RFC 5882 §4.1): nothing reaches a peer
+//! cut off, so no NOTIFICATION is written. A peer that never brings BFD up keeps its BGP
+//! session (BFD is then only reported, in [`PeerStatus::bfd`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -25,6 +32,7 @@ use super::config::{Advertisement, PeerConfig};
 use super::error::CeaseReason;
 use super::fsm::{Event, Input, Output, Session, State, Timer};
 use super::socket;
+use crate::bfd::shell::{BfdHandle, BfdPeer, BfdSessions, BfdStatus};
 
 /// A write that makes no progress for this long counts as a broken connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,6 +60,10 @@ pub struct PeerStatus {
     pub last_error: Option<String>,
     /// Times the session reached Established.
     pub established_count: u64,
+    /// The BFD session's state (`Up`, `Down`, `Init`, `AdminDown`), when BFD is configured.
+    pub bfd: Option<String>,
+    /// Times BFD going down closed the BGP session.
+    pub bfd_downs: u64,
 }
 
 impl Default for PeerStatus {
@@ -66,6 +78,8 @@ impl Default for PeerStatus {
             last_malformed: None,
             last_error: None,
             established_count: 0,
+            bfd: None,
+            bfd_downs: 0,
         }
     }
 }
@@ -81,6 +95,20 @@ pub(crate) struct PeerTask {
     timers: [Option<Instant>; 3],
     status: watch::Sender<PeerStatus>,
     pending: VecDeque<Input>,
+    /// The speaker's BFD sessions (started on demand), ours once the first connection exists.
+    bfd_sessions: BfdSessions,
+    bfd: Option<(BfdHandle, watch::Receiver<BfdStatus>)>,
+    bfd_was_up: bool,
+}
+
+async fn bfd_changed(bfd: &mut Option<(BfdHandle, watch::Receiver<BfdStatus>)>) -> BfdStatus {
+    match bfd {
+        Some((_, rx)) => match rx.changed().await {
+            Ok(()) => rx.borrow_and_update().clone(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 const TIMERS: [Timer; 3] = [Timer::ConnectRetry, Timer::Hold, Timer::Keepalive];
@@ -112,6 +140,7 @@ impl PeerTask {
         mut advertisements: watch::Receiver<Arc<Vec<Advertisement>>>,
         mut stop: watch::Receiver<Option<CeaseReason>>,
         status: watch::Sender<PeerStatus>,
+        bfd_sessions: BfdSessions,
     ) {
         let mut task = PeerTask {
             session: Session::new(config),
@@ -121,6 +150,9 @@ impl PeerTask {
             timers: [None; 3],
             status,
             pending: VecDeque::new(),
+            bfd_sessions,
+            bfd: None,
+            bfd_was_up: false,
         };
         let initial = advertisements.borrow_and_update().as_ref().clone();
         task.pending.push_back(Input::SetAdvertisements(initial));
@@ -145,7 +177,17 @@ impl PeerTask {
                     if let Some(h) = task.connecting.take() {
                         h.abort();
                     }
+                    if let Some((handle, _)) = task.bfd.take() {
+                        handle.shutdown().await;
+                    }
                     return;
+                }
+                st = bfd_changed(&mut task.bfd) => {
+                    if task.bfd_event(&st) {
+                        Input::Closed
+                    } else {
+                        continue;
+                    }
                 }
                 Ok(()) = advertisements.changed() => {
                     Input::SetAdvertisements(advertisements.borrow_and_update().as_ref().clone())
@@ -159,6 +201,7 @@ impl PeerTask {
                     match result {
                         Ok(stream) => match (stream.local_addr(), stream.peer_addr()) {
                             (Ok(local), Ok(remote)) => {
+                                task.start_bfd(local.ip());
                                 let (r, w) = stream.into_split();
                                 task.reader = Some(r);
                                 task.writer = Some(w);
@@ -185,6 +228,64 @@ impl PeerTask {
             task.pending.push_back(input);
             task.drain().await;
         }
+    }
+
+    /// Starts the BFD session with the peer from `local`, once, when BFD is configured.
+    fn start_bfd(&mut self, local: std::net::IpAddr) {
+        let config = self.session.config();
+        let Some(settings) = config.bfd else { return };
+        if self.bfd.is_some() {
+            return;
+        }
+        let peer = BfdPeer {
+            local,
+            peer: config.peer_address,
+            multihop: config.ebgp_multihop,
+            config: settings.session_config(),
+        };
+        let id = config.id.clone();
+        match self.bfd_sessions.start(peer) {
+            Ok(handle) => {
+                let rx = handle.status();
+                self.status
+                    .send_modify(|s| s.bfd = Some(format!("{:?}", rx.borrow().state)));
+                self.bfd = Some((handle, rx));
+            }
+            Err(e) => {
+                tracing::warn!(peer = %id, error = %e, "cannot run BFD with the peer; BGP runs without it");
+                self.status
+                    .send_modify(|s| s.last_error = Some(format!("BFD: {e}")));
+            }
+        }
+    }
+
+    /// Records a BFD status change; true when it must take the BGP session down (BFD went
+    /// down after it was up, while connected).
+    fn bfd_event(&mut self, st: &BfdStatus) -> bool {
+        let up = st.state == crate::bfd::State::Up;
+        let label = format!("{:?}", st.state);
+        self.status.send_if_modified(|s| {
+            let changed = s.bfd.as_deref() != Some(label.as_str());
+            s.bfd = Some(label.clone());
+            changed
+        });
+        let went_down = self.bfd_was_up && !up;
+        self.bfd_was_up = up;
+        // A peer that takes its own BFD down administratively is not a failure (RFC 5882
+        // §3.2): its BGP session goes on as it was.
+        let peer_admin_down = st.remote_state == crate::bfd::State::AdminDown;
+        if !went_down || peer_admin_down || (self.reader.is_none() && self.writer.is_none()) {
+            return false;
+        }
+        let peer = self.session.config().id.clone();
+        tracing::warn!(%peer, diag = ?st.local_diag, "BFD went down: closing the BGP session");
+        self.reader = None;
+        self.writer = None;
+        self.status.send_modify(|s| {
+            s.bfd_downs += 1;
+            s.last_error = Some(format!("BFD went down ({:?})", st.local_diag));
+        });
+        true
     }
 
     /// Feeds queued inputs to the session until none are left.

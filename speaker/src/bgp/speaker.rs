@@ -40,6 +40,8 @@ struct PeerHandle {
 struct Inner {
     peers: HashMap<PeerId, PeerHandle>,
     advertisements: HashMap<PeerId, watch::Sender<Arc<Vec<Advertisement>>>>,
+    /// BFD sessions of every peer that has BFD configured (sockets open on first use).
+    bfd: crate::bfd::shell::BfdSessions,
 }
 
 /// Runs the BGP sessions of this node. Cheap to share behind an `Arc`; every method may be called
@@ -94,7 +96,13 @@ impl BgpSpeaker {
                 .subscribe();
             let (stop, stop_rx) = watch::channel(None);
             let (status_tx, status) = watch::channel(PeerStatus::default());
-            let task = tokio::spawn(PeerTask::run(config.clone(), advs, stop_rx, status_tx));
+            let task = tokio::spawn(PeerTask::run(
+                config.clone(),
+                advs,
+                stop_rx,
+                status_tx,
+                inner.bfd.clone(),
+            ));
             inner.peers.insert(
                 id,
                 PeerHandle {

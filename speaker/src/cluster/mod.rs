@@ -34,7 +34,9 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
+use ferrolb_api::v1beta1::{
+    BFDProfile, BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement,
+};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -146,6 +148,7 @@ pub struct Cluster {
     bgp: Table<Kept<BGPAdvertisement>>,
     peers: Table<Kept<BGPPeer>>,
     communities: Table<Kept<Community>>,
+    bfd_profiles: Table<Kept<BFDProfile>>,
     secrets: Table<Kept<Secret>>,
     /// Slices by their Service.
     slices_by_service: HashMap<Digest, Vec<Digest>>,
@@ -185,6 +188,7 @@ impl Cluster {
             bgp: Table::default(),
             peers: Table::default(),
             communities: Table::default(),
+            bfd_profiles: Table::default(),
             secrets: Table::default(),
             slices_by_service: HashMap::new(),
             handled: Table::default(),
@@ -236,6 +240,7 @@ impl Cluster {
             ("bgpadvertisements", self.bgp.is_synced()),
             ("bgppeers", self.peers.is_synced()),
             ("communities", self.communities.is_synced()),
+            ("bfdprofiles", self.bfd_profiles.is_synced()),
             ("secrets", self.secrets.is_synced()),
         ]
         .into_iter()
@@ -606,6 +611,16 @@ impl Cluster {
         self.changes.config |= changed;
     }
 
+    /// A `BFDProfile` event.
+    pub fn bfd_profile(&mut self, update: Update<BFDProfile>) {
+        let changed = apply_config(&mut self.bfd_profiles, update, |mut p| {
+            p.status = None;
+            p.metadata = config_meta(p.metadata);
+            p
+        });
+        self.changes.config |= changed;
+    }
+
     /// A Secret event (install namespace: TCP-MD5 passwords, the gossip key).
     pub fn secret(&mut self, update: Update<Secret>) {
         let changed = apply_config(&mut self.secrets, update, |mut s| {
@@ -714,6 +729,11 @@ impl Cluster {
         sorted(&self.peers)
     }
 
+    /// The `BFDProfile` objects, sorted by name.
+    pub fn bfd_profile_objects(&self) -> Vec<BFDProfile> {
+        sorted(&self.bfd_profiles)
+    }
+
     /// The Secrets of the install namespace.
     pub fn secret_objects(&self) -> Vec<Secret> {
         sorted(&self.secrets)
@@ -799,7 +819,8 @@ kept_eq!(
     L2Advertisement,
     BGPAdvertisement,
     BGPPeer,
-    Community
+    Community,
+    BFDProfile
 );
 
 impl PartialEq for Kept<Secret> {

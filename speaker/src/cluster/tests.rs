@@ -283,6 +283,7 @@ fn the_model_is_synced_only_when_every_kind_has_listed() {
     c.bgp_advertisement(Update::Synced);
     c.peer(Update::Synced);
     c.community(Update::Synced);
+    c.bfd_profile(Update::Synced);
     assert!(!c.synced());
     assert_eq!(c.unsynced(), ["secrets"]);
     c.secret(Update::Synced);

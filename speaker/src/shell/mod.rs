@@ -377,10 +377,18 @@ impl Speaker {
                 .get(&self.settings.node)
                 .map(|n| n.labels.clone())
                 .unwrap_or_default();
-            let (peers, errors) =
-                snapshot::peer_configs(&cluster.peer_objects(), &labels, &cluster.secret_objects());
+            let (peers, errors) = snapshot::peer_configs(
+                &cluster.peer_objects(),
+                &labels,
+                &cluster.secret_objects(),
+                &cluster.bfd_profile_objects(),
+            );
             for e in &errors {
-                warn!(error = %e, "BGP peer not configured");
+                if e.keeps_the_peer() {
+                    warn!(error = %e, "BGP peer configured in part");
+                } else {
+                    warn!(error = %e, "BGP peer not configured");
+                }
                 self.metrics
                     .config_errors
                     .get_or_create(&ReasonLabels {

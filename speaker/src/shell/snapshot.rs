@@ -6,11 +6,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ferrolb_api::names;
-use ferrolb_api::v1beta1::BGPPeer;
+use ferrolb_api::v1beta1::{BFDProfile, BGPPeer};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use crate::bgp::config::PeerConfig;
+use crate::bgp::config::{BfdSettings, PeerConfig};
 
 /// Why a `BGPPeer` cannot be configured on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +45,40 @@ pub enum PeerConfigError {
         /// The Secret.
         secret: String,
     },
+    /// `bfdProfile` names no `BFDProfile`: the session runs without BFD.
+    #[error(
+        "BGPPeer `{peer}`: BFDProfile `{profile}` not found in the install namespace; the session runs without BFD"
+    )]
+    MissingBfdProfile {
+        /// The peer.
+        peer: String,
+        /// The profile.
+        profile: String,
+    },
+}
+
+impl PeerConfigError {
+    /// Whether the peer is still configured (only part of its configuration is left out).
+    pub fn keeps_the_peer(&self) -> bool {
+        matches!(self, PeerConfigError::MissingBfdProfile { .. })
+    }
+}
+
+/// The BFD settings of a `BFDProfile` (MetalLB's defaults where a field is unset).
+pub fn bfd_settings(profile: &BFDProfile) -> BfdSettings {
+    let d = BfdSettings::default();
+    let ms =
+        |v: Option<u32>, default: Duration| v.map_or(default, |v| Duration::from_millis(v.into()));
+    let small =
+        |v: Option<u32>, default: u8| v.map_or(default, |v| u8::try_from(v).unwrap_or(u8::MAX));
+    let s = &profile.spec;
+    BfdSettings {
+        receive_interval: ms(s.receive_interval, d.receive_interval),
+        transmit_interval: ms(s.transmit_interval, d.transmit_interval),
+        detect_multiplier: small(s.detect_multiplier, d.detect_multiplier),
+        passive: s.passive_mode,
+        minimum_ttl: small(s.minimum_ttl, d.minimum_ttl),
+    }
 }
 
 /// The sessions this node opens: every peer whose `nodeSelectors` select this node (`labels`).
@@ -52,6 +86,7 @@ pub fn peer_configs(
     peers: &[BGPPeer],
     labels: &BTreeMap<String, String>,
     secrets: &[Secret],
+    bfd_profiles: &[BFDProfile],
 ) -> (Vec<PeerConfig>, Vec<PeerConfigError>) {
     let mut configs = Vec::new();
     let mut errors = Vec::new();
@@ -60,7 +95,18 @@ pub fn peer_configs(
             continue;
         }
         match peer_config(peer, secrets) {
-            Ok(c) => configs.push(c),
+            Ok(mut c) => {
+                if let Some(name) = &peer.spec.bfd_profile {
+                    match bfd_profiles.iter().find(|p| p.name_any() == *name) {
+                        Some(profile) => c.bfd = Some(bfd_settings(profile)),
+                        None => errors.push(PeerConfigError::MissingBfdProfile {
+                            peer: peer.name_any(),
+                            profile: name.clone(),
+                        }),
+                    }
+                }
+                configs.push(c)
+            }
             Err(e) => errors.push(e),
         }
     }
@@ -220,6 +266,51 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("ninety"), None);
         assert_eq!(parse_duration(""), None);
+    }
+
+    fn peer(bfd_profile: Option<&str>) -> BGPPeer {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "tor", "namespace": "ferrolb-system"},
+            "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "10.0.0.1",
+                     "bfdProfile": bfd_profile},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_peer_naming_a_bfd_profile_runs_bfd_with_its_values_and_metallbs_defaults() {
+        let profile: BFDProfile = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "fast", "namespace": "ferrolb-system"},
+            "spec": {"receiveInterval": 100, "detectMultiplier": 5, "passiveMode": true},
+        }))
+        .unwrap();
+        let (configs, errors) =
+            peer_configs(&[peer(Some("fast"))], &BTreeMap::new(), &[], &[profile]);
+        assert!(errors.is_empty(), "{errors:?}");
+        let bfd = configs[0].bfd.expect("BFD configured");
+        assert_eq!(bfd.receive_interval, Duration::from_millis(100));
+        assert_eq!(bfd.transmit_interval, Duration::from_millis(300));
+        assert_eq!(bfd.detect_multiplier, 5);
+        assert!(bfd.passive);
+        assert_eq!(bfd.minimum_ttl, 254);
+        let (configs, _) = peer_configs(&[peer(None)], &BTreeMap::new(), &[], &[]);
+        assert_eq!(configs[0].bfd, None);
+    }
+
+    #[test]
+    fn a_missing_bfd_profile_is_reported_and_the_session_runs_without_bfd() {
+        let (configs, errors) = peer_configs(&[peer(Some("gone"))], &BTreeMap::new(), &[], &[]);
+        assert_eq!(configs.len(), 1, "the session is kept");
+        assert_eq!(configs[0].bfd, None);
+        assert_eq!(
+            errors,
+            vec![PeerConfigError::MissingBfdProfile {
+                peer: "tor".into(),
+                profile: "gone".into()
+            }]
+        );
+        assert!(errors[0].keeps_the_peer());
+        assert!(errors[0].to_string().contains("without BFD"));
     }
 
     #[test]
