@@ -77,6 +77,10 @@ pub struct Metrics {
     pub gossip_auth_failures: Counter,
     /// 1 while the session to the peer is Established.
     pub bgp_session_up: Family<PeerLabels, Gauge>,
+    /// 1 while the peer's BFD session is Up, 0 otherwise (only peers with a BFD profile).
+    pub bfd_session_up: Family<PeerLabels, Gauge>,
+    /// BGP sessions closed because BFD went down.
+    pub bfd_downs: Family<PeerLabels, Counter>,
     /// UPDATE messages sent.
     pub bgp_updates: Family<PeerLabels, Counter>,
     /// Prefixes the peer holds from us.
@@ -146,6 +150,16 @@ impl Metrics {
             "bgp_session_up",
             "1 while the BGP session is Established",
             self.bgp_session_up.clone(),
+        );
+        r.register(
+            "bfd_session_up",
+            "1 while the BFD session with a peer is Up (peers with a BFDProfile only)",
+            self.bfd_session_up.clone(),
+        );
+        r.register(
+            "bfd_downs",
+            "BGP sessions closed because BFD went down",
+            self.bfd_downs.clone(),
         );
         r.register(
             "bgp_updates",

@@ -529,6 +529,7 @@ impl Speaker {
             let labels = PeerLabels { peer: gone.clone() };
             self.metrics.bgp_session_up.remove(&labels);
             self.metrics.bgp_announced_prefixes.remove(&labels);
+            self.metrics.bfd_session_up.remove(&labels);
         }
         self.exported_peers = now;
         for (PeerId(peer), st) in states {
@@ -537,6 +538,18 @@ impl Speaker {
                 .bgp_session_up
                 .get_or_create(&labels)
                 .set(i64::from(st.state == State::Established));
+            match st.bfd.as_deref() {
+                Some(bfd) => {
+                    self.metrics
+                        .bfd_session_up
+                        .get_or_create(&labels)
+                        .set(i64::from(bfd == "Up"));
+                    advance(&self.metrics.bfd_downs.get_or_create(&labels), st.bfd_downs);
+                }
+                None => {
+                    self.metrics.bfd_session_up.remove(&labels);
+                }
+            }
             advance(
                 &self.metrics.bgp_updates.get_or_create(&labels),
                 st.updates_sent,
