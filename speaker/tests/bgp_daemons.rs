@@ -508,10 +508,17 @@ fn bfd_takes_the_bgp_session_down_within_a_second_of_a_cut_where_the_hold_time_t
     probe.send(advertise(&[V4_KEEP]));
     let mut took = Vec::new();
     for cut in 1..=5 {
+        // Up, and past the Poll Sequence that replaces the 1 s floor of a session coming up
+        // with the profile's 300 ms (before it, detection takes 3 × 1 s).
         let up = probe.wait_for(ESTABLISH, |v| {
-            v["status"]["state"] == "Established" && v["status"]["bfd"] == "Up"
+            v["status"]["state"] == "Established"
+                && v["status"]["bfd"] == "Up"
+                && v["status"]["bfd_detection_time"] == json!({"secs": 0, "nanos": 900_000_000})
         });
-        assert!(up.is_some(), "cut {cut}: BGP Established with BFD Up");
+        assert!(
+            up.is_some(),
+            "cut {cut}: BGP Established with BFD Up at 300 ms x 3"
+        );
         assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
         let at = std::time::Instant::now();
         lab.cut_router();

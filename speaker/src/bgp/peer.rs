@@ -64,6 +64,10 @@ pub struct PeerStatus {
     pub bfd: Option<String>,
     /// Times BFD going down closed the BGP session.
     pub bfd_downs: u64,
+    /// The BFD detection time in force (the peer's multiplier times the slower of our receive
+    /// and its transmit interval; the 1 s floor applies until the session is Up and has
+    /// agreed faster timers).
+    pub bfd_detection_time: Option<Duration>,
 }
 
 impl Default for PeerStatus {
@@ -80,6 +84,7 @@ impl Default for PeerStatus {
             established_count: 0,
             bfd: None,
             bfd_downs: 0,
+            bfd_detection_time: None,
         }
     }
 }
@@ -265,8 +270,10 @@ impl PeerTask {
         let up = st.state == crate::bfd::State::Up;
         let label = format!("{:?}", st.state);
         self.status.send_if_modified(|s| {
-            let changed = s.bfd.as_deref() != Some(label.as_str());
+            let changed = s.bfd.as_deref() != Some(label.as_str())
+                || s.bfd_detection_time != st.detection_time;
             s.bfd = Some(label.clone());
+            s.bfd_detection_time = st.detection_time;
             changed
         });
         let went_down = self.bfd_was_up && !up;
