@@ -340,9 +340,11 @@ fn a_controller_restart_changes_no_address() {
     let client = lab.client();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopped = stop.clone();
+    type Seen = Vec<(String, Vec<String>)>;
+    let seen: std::sync::Arc<std::sync::Mutex<Seen>> = Default::default();
+    let sink = seen.clone();
     let recorder = lab.spawn(async move {
         let api = Api::<Service>::namespaced(client, "default");
-        let mut seen = Vec::new();
         while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
             if let Ok(list) = api.list(&Default::default()).await {
                 for svc in list.items {
@@ -354,13 +356,27 @@ fn a_controller_restart_changes_no_address() {
                         .into_iter()
                         .filter_map(|i| i.ip)
                         .collect();
-                    seen.push((svc.metadata.name.unwrap_or_default(), ips));
+                    sink.lock()
+                        .unwrap()
+                        .push((svc.metadata.name.unwrap_or_default(), ips));
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        seen
     });
+    // The recorder must span the restart: it has listed once before the kill, and it lists
+    // again after the new controller's first assignment (waited for below).
+    let recorded = |what: &str, f: &dyn Fn(&Seen) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !f(&seen.lock().unwrap()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the recorder never saw {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    recorded("a first list", &|s| !s.is_empty());
     lab.kill_controller();
     lab.start_controller().unwrap();
     // A Service created after the restart gets an address: the new controller is at work.
@@ -389,9 +405,13 @@ fn a_controller_restart_changes_no_address() {
             .expect("the Service is created");
     });
     let after = addresses(&lab);
+    recorded("the new controller's address for after-restart", &|s| {
+        s.iter()
+            .any(|(name, ips)| name == "after-restart" && !ips.is_empty())
+    });
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let seen = lab.block(recorder).expect("the recorder ran");
-    assert!(seen.len() > 10, "the recorder saw {} states", seen.len());
+    lab.block(recorder).expect("the recorder ran");
+    let seen = seen.lock().unwrap().clone();
     for s in &before {
         let ips: Vec<String> = s.ingress.iter().map(|(ip, _)| ip.to_string()).collect();
         for (name, now) in &seen {
