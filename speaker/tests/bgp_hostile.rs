@@ -345,13 +345,6 @@ async fn malformed_updates_that_rfc_7606_survives_keep_the_session_and_are_count
     assert_eq!(status.established_count, 1, "never reset");
     assert!(status.notifications_sent.is_empty(), "{status:?}");
     assert!(status.last_malformed.is_some());
-    // Nothing but keepalives (or nothing) comes back: no NOTIFICATION, no close.
-    let mut buf = [0u8; 19];
-    match timeout(Duration::from_millis(300), s.read_exact(&mut buf)).await {
-        Err(_) => {}
-        Ok(Ok(_)) => assert_eq!(buf[18], 4, "only a KEEPALIVE may come"),
-        Ok(Err(e)) => panic!("the speaker closed the session: {e}"),
-    }
     speaker.shutdown().await;
 }
 

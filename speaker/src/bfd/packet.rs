@@ -94,7 +94,7 @@ impl Diag {
 }
 
 /// A session state (RFC 5880 §4.1, §6.2), as carried by the Sta field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum State {
     /// 0: held down by configuration.
     AdminDown,

@@ -61,7 +61,7 @@ pub struct PeerStatus {
     /// Times the session reached Established.
     pub established_count: u64,
     /// The BFD session's state (`Up`, `Down`, `Init`, `AdminDown`), when BFD is configured.
-    pub bfd: Option<String>,
+    pub bfd: Option<crate::bfd::State>,
     /// Times BFD going down closed the BGP session.
     pub bfd_downs: u64,
     /// The BFD detection time in force (the peer's multiplier times the slower of our receive
@@ -252,8 +252,7 @@ impl PeerTask {
         match self.bfd_sessions.start(peer) {
             Ok(handle) => {
                 let rx = handle.status();
-                self.status
-                    .send_modify(|s| s.bfd = Some(format!("{:?}", rx.borrow().state)));
+                self.status.send_modify(|s| s.bfd = Some(rx.borrow().state));
                 self.bfd = Some((handle, rx));
             }
             Err(e) => {
@@ -268,11 +267,9 @@ impl PeerTask {
     /// down after it was up, while connected).
     fn bfd_event(&mut self, st: &BfdStatus) -> bool {
         let up = st.state == crate::bfd::State::Up;
-        let label = format!("{:?}", st.state);
         self.status.send_if_modified(|s| {
-            let changed = s.bfd.as_deref() != Some(label.as_str())
-                || s.bfd_detection_time != st.detection_time;
-            s.bfd = Some(label.clone());
+            let changed = s.bfd != Some(st.state) || s.bfd_detection_time != st.detection_time;
+            s.bfd = Some(st.state);
             s.bfd_detection_time = st.detection_time;
             changed
         });

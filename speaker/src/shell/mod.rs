@@ -538,12 +538,12 @@ impl Speaker {
                 .bgp_session_up
                 .get_or_create(&labels)
                 .set(i64::from(st.state == State::Established));
-            match st.bfd.as_deref() {
+            match st.bfd {
                 Some(bfd) => {
                     self.metrics
                         .bfd_session_up
                         .get_or_create(&labels)
-                        .set(i64::from(bfd == "Up"));
+                        .set(i64::from(bfd == crate::bfd::State::Up));
                     advance(&self.metrics.bfd_downs.get_or_create(&labels), st.bfd_downs);
                 }
                 None => {

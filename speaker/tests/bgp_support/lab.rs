@@ -164,37 +164,7 @@ pub struct Probe {
 
 impl Probe {
     pub fn start(lab: &Lab, peer: &serde_json::Value) -> Probe {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &lab.speaker_ns,
-                env!("CARGO_BIN_EXE_bgp-probe"),
-            ])
-            .arg(peer.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str(&line)
-                    && tx.send(v).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        Probe {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            last: None,
-        }
+        Probe::spawn(lab, env!("CARGO_BIN_EXE_bgp-probe"), &[peer.to_string()])
     }
 
     pub fn send(&mut self, command: serde_json::Value) {
