@@ -201,6 +201,8 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut last_trim = Instant::now();
     let mut fallback_live = BTreeSet::from([args.node_name.clone()]);
     let mut changed_since_trim = 0usize;
+    let mut states_changed = true;
+    let mut unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
     let run = async {
         loop {
             if gossip.is_none() {
@@ -209,6 +211,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                     gossip = start_gossip(&args, key, bind).await;
                     gossip_live = gossip.as_ref().map(Gossip::live);
                     gossip_states = gossip.as_ref().map(Gossip::states);
+                    states_changed = true;
                     cluster
                         .lock()
                         .expect("cluster lock")
@@ -230,16 +233,19 @@ async fn speaker_main() -> anyhow::Result<()> {
                     None => fallback_live.clone(),
                 };
                 metrics.gossip_members.set(live.len() as i64);
-                let unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = match &gossip_states {
-                    Some(rx) => rx
-                        .borrow()
-                        .iter()
-                        .filter(|(node, _)| **node != args.node_name)
-                        .map(|(node, s)| (node.clone(), decode_unable(s)))
-                        .filter(|(_, u)| !u.is_empty())
-                        .collect(),
-                    None => BTreeMap::new(),
-                };
+                // Decoded again only when a member's state changed: it is one entry per node.
+                if std::mem::take(&mut states_changed) {
+                    unable_elsewhere = match &gossip_states {
+                        Some(rx) => rx
+                            .borrow()
+                            .iter()
+                            .filter(|(node, _)| **node != args.node_name)
+                            .map(|(node, s)| (node.clone(), decode_unable(s)))
+                            .filter(|(_, u)| !u.is_empty())
+                            .collect(),
+                        None => BTreeMap::new(),
+                    };
+                }
                 let host = match last_host_read {
                     Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
                     _ => {
@@ -289,8 +295,8 @@ async fn speaker_main() -> anyhow::Result<()> {
                 match (gossip_live.as_mut(), gossip_states.as_mut()) {
                     (Some(live), Some(states)) => {
                         tokio::select! {
-                            _ = live.changed() => {}
-                            _ = states.changed() => {}
+                            _ = live.changed() => false,
+                            _ = states.changed() => true,
                         }
                     }
                     _ => std::future::pending().await,
@@ -298,7 +304,7 @@ async fn speaker_main() -> anyhow::Result<()> {
             };
             tokio::select! {
                 _ = changed.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
-                _ = gossip_changed => {}
+                states = gossip_changed => states_changed |= states,
                 _ = tokio::time::sleep(ferrolb_speaker::l2::REFRESH_INTERVAL) => {}
             }
         }
