@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`v1beta1`]: the custom resources (kube `CustomResource` + schemars, with CEL rules).
+//! - [`duration`]: the timers' duration syntax (`90s`, `1m30s`, `500ms`).
 //! - [`names`]: annotations, labels, field managers and finalizers.
 //! - [`selector`]: label selector matching with Kubernetes semantics.
 //! - [`service`]: what FerroLB reads from a core `Service`.
@@ -10,6 +11,7 @@
 //! - [`crd`]: the CRD YAML that `crdgen` writes into the Helm chart.
 
 pub mod crd;
+pub mod duration;
 pub mod names;
 pub mod selector;
 pub mod service;

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use kube::ResourceExt;
 
+use crate::duration::parse_duration;
 use crate::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
 
 /// A configuration error found across objects. Each message says how to fix the object.
@@ -111,6 +112,30 @@ pub enum ConfigError {
         /// The missing Secret.
         secret: String,
     },
+    /// A BGP peer names a `BFDProfile` that does not exist: the speakers open the session
+    /// without BFD.
+    #[error(
+        "BGPPeer `{peer}` names BFDProfile `{profile}`, which does not exist in the install namespace; the session runs without BFD until it exists: create it or fix spec.bfdProfile"
+    )]
+    MissingBfdProfile {
+        /// The peer.
+        peer: String,
+        /// The missing profile.
+        profile: String,
+    },
+    /// A BGP peer's timer is not a duration, or one too long to represent: the speakers do
+    /// not open the session.
+    #[error(
+        "BGPPeer `{peer}`: {field} `{value}` is not a usable duration; the speakers do not open this session until it is a duration such as 90s, 1m30s or 500ms"
+    )]
+    InvalidDuration {
+        /// The peer.
+        peer: String,
+        /// The field (`holdTime`, `keepaliveTime`, `connectTime`).
+        field: &'static str,
+        /// The value.
+        value: String,
+    },
     /// A `Community` alias is defined twice with different values.
     #[error(
         "community alias `{alias}` is defined twice with different values ({first} and {second}); keep one"
@@ -140,6 +165,8 @@ impl ConfigError {
             }
             ConfigError::AggregationTooShort { .. } => "InvalidAggregationLength",
             ConfigError::MissingPasswordSecret { .. } => "MissingSecret",
+            ConfigError::MissingBfdProfile { .. } => "BFDProfileNotFound",
+            ConfigError::InvalidDuration { .. } => "InvalidDuration",
         }
     }
 }
@@ -404,17 +431,54 @@ pub fn check_bgp_advertisement(
     errors
 }
 
-/// Checks a `BGPPeer`: its password Secret exists among `secrets` (names in the install namespace).
-pub fn check_bgp_peer(peer: &BGPPeer, secrets: &BTreeSet<String>) -> Vec<ConfigError> {
-    peer.spec
-        .password_secret
-        .iter()
-        .filter(|s| !secrets.contains(&s.name))
-        .map(|s| ConfigError::MissingPasswordSecret {
-            peer: peer.name_any(),
-            secret: s.name.clone(),
-        })
-        .collect()
+/// Checks a `BGPPeer`: its password Secret exists among `secrets` and its BFD profile among
+/// `bfd_profiles` (names in the install namespace), and its timers are durations that fit a
+/// [`Duration`](std::time::Duration). The schema's rules (`holdTime` 0 or at least 3 s,
+/// `keepaliveTime` not above `holdTime`, `connectTime` at least 1 s) are not repeated here.
+/// The errors come most severe first (the first one is the condition's reason): a timer that
+/// does not parse or a missing Secret keeps the session closed, a missing profile only leaves
+/// BFD out.
+pub fn check_bgp_peer(
+    peer: &BGPPeer,
+    secrets: &BTreeSet<String>,
+    bfd_profiles: &BTreeSet<String>,
+) -> Vec<ConfigError> {
+    let name = peer.name_any();
+    let spec = &peer.spec;
+    let mut errors = Vec::new();
+    let timers = [
+        ("holdTime", Some(&spec.hold_time)),
+        ("keepaliveTime", spec.keepalive_time.as_ref()),
+        ("connectTime", spec.connect_time.as_ref()),
+    ];
+    for (field, value) in timers {
+        if let Some(value) = value
+            && parse_duration(value).is_none()
+        {
+            errors.push(ConfigError::InvalidDuration {
+                peer: name.clone(),
+                field,
+                value: value.clone(),
+            });
+        }
+    }
+    if let Some(secret) = &spec.password_secret
+        && !secrets.contains(&secret.name)
+    {
+        errors.push(ConfigError::MissingPasswordSecret {
+            peer: name.clone(),
+            secret: secret.name.clone(),
+        });
+    }
+    if let Some(profile) = &spec.bfd_profile
+        && !bfd_profiles.contains(profile)
+    {
+        errors.push(ConfigError::MissingBfdProfile {
+            peer: name,
+            profile: profile.clone(),
+        });
+    }
+    errors
 }
 
 /// Well-known communities (RFC 1997, RFC 7999, RFC 8326, IANA), usable by name without a

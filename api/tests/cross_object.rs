@@ -242,19 +242,145 @@ fn aggregation_is_checked_against_the_cidrs_that_make_up_a_range() {
     assert_eq!(check_bgp_advertisement(&bad, &pools, &[], &[]).len(), 1);
 }
 
-#[test]
-fn a_peer_password_secret_must_exist() {
-    let p = BGPPeer {
+/// A peer `tor` with `spec`'s fields; `holdTime` is the schema's default (90s) when `spec`
+/// leaves it empty.
+fn peer(spec: BGPPeerSpec) -> BGPPeer {
+    let hold_time = if spec.hold_time.is_empty() {
+        "90s".into()
+    } else {
+        spec.hold_time.clone()
+    };
+    BGPPeer {
         metadata: meta("tor", 0),
         spec: BGPPeerSpec {
-            password_secret: Some(SecretRef { name: "md5".into() }),
-            ..Default::default()
+            my_asn: 64512,
+            peer_asn: 64513,
+            peer_address: "10.0.0.1".into(),
+            hold_time,
+            ..spec
         },
         status: None,
-    };
-    assert!(check_bgp_peer(&p, &BTreeSet::from(["md5".to_string()])).is_empty());
-    let errs = check_bgp_peer(&p, &BTreeSet::new());
+    }
+}
+
+fn names(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_peer_password_secret_must_exist() {
+    let p = peer(BGPPeerSpec {
+        password_secret: Some(SecretRef { name: "md5".into() }),
+        ..Default::default()
+    });
+    assert!(check_bgp_peer(&p, &names(&["md5"]), &BTreeSet::new()).is_empty());
+    let errs = check_bgp_peer(&p, &BTreeSet::new(), &BTreeSet::new());
+    assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].reason(), "MissingSecret");
+    assert!(errs[0].to_string().contains("`md5`"), "{}", errs[0]);
+}
+
+#[test]
+fn a_peer_naming_a_missing_bfd_profile_is_not_ready_and_says_it_runs_without_bfd() {
+    let p = peer(BGPPeerSpec {
+        bfd_profile: Some("fast".into()),
+        ..Default::default()
+    });
+    assert!(check_bgp_peer(&p, &BTreeSet::new(), &names(&["fast"])).is_empty());
+    let errs = check_bgp_peer(&p, &BTreeSet::new(), &names(&["slow"]));
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].reason(), "BFDProfileNotFound");
+    let message = errs[0].to_string();
+    assert!(message.contains("`fast`"), "{message}");
+    assert!(message.contains("runs without BFD"), "{message}");
+    assert!(message.contains("spec.bfdProfile"), "{message}");
+}
+
+#[test]
+fn a_peer_without_a_bfd_profile_needs_none() {
+    assert!(
+        check_bgp_peer(
+            &peer(BGPPeerSpec::default()),
+            &BTreeSet::new(),
+            &BTreeSet::new()
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn a_peer_timer_too_long_to_represent_is_reported_not_a_panic() {
+    let huge = "99999999999999999999s";
+    for (field, spec) in [
+        (
+            "holdTime",
+            BGPPeerSpec {
+                hold_time: huge.into(),
+                ..Default::default()
+            },
+        ),
+        (
+            "keepaliveTime",
+            BGPPeerSpec {
+                keepalive_time: Some(huge.into()),
+                ..Default::default()
+            },
+        ),
+        (
+            "connectTime",
+            BGPPeerSpec {
+                connect_time: Some(huge.into()),
+                ..Default::default()
+            },
+        ),
+    ] {
+        let p = peer(spec);
+        let errs = check_bgp_peer(&p, &BTreeSet::new(), &BTreeSet::new());
+        assert_eq!(errs.len(), 1, "{field}: {errs:?}");
+        assert_eq!(errs[0].reason(), "InvalidDuration", "{field}");
+        let message = errs[0].to_string();
+        assert!(
+            message.contains(field) && message.contains(huge),
+            "{message}"
+        );
+        assert!(message.contains("90s"), "says what to write: {message}");
+    }
+}
+
+#[test]
+fn a_peer_timer_that_is_not_a_duration_is_reported() {
+    let p = peer(BGPPeerSpec {
+        keepalive_time: Some("thirty".into()),
+        connect_time: Some("1m30s".into()),
+        ..Default::default()
+    });
+    let errs = check_bgp_peer(&p, &BTreeSet::new(), &BTreeSet::new());
+    assert_eq!(
+        errs,
+        vec![ConfigError::InvalidDuration {
+            peer: "tor".into(),
+            field: "keepaliveTime",
+            value: "thirty".into(),
+        }]
+    );
+}
+
+#[test]
+fn a_peer_with_every_error_reports_them_all_the_one_that_closes_the_session_first() {
+    let p = peer(BGPPeerSpec {
+        hold_time: "1e400s".into(),
+        password_secret: Some(SecretRef { name: "md5".into() }),
+        bfd_profile: Some("fast".into()),
+        ..Default::default()
+    });
+    let reasons: Vec<&str> = check_bgp_peer(&p, &BTreeSet::new(), &BTreeSet::new())
+        .iter()
+        .map(ConfigError::reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        ["InvalidDuration", "MissingSecret", "BFDProfileNotFound"]
+    );
 }
 
 #[test]

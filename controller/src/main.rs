@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ferrolb_api::names;
-use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
+use ferrolb_api::v1beta1::{
+    BFDProfile, BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement,
+};
 use ferrolb_controller::allocator::IpMode;
 use ferrolb_controller::convert::ClassFilter;
 use ferrolb_controller::convert::service_key;
@@ -29,8 +31,9 @@ use ferrolb_controller::metrics::Metrics;
 use ferrolb_controller::queue::WorkQueue;
 use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores};
 use ferrolb_telemetry::{LogFormat, Readiness};
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kube::Api;
+use kube::api::PartialObjectMeta;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -91,20 +94,8 @@ fn parse_ip_mode(s: &str) -> Result<IpMode, String> {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(
-        s.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len()),
-    );
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration such as 15s"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("`{s}` is not a duration such as 15s")),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    ferrolb_api::duration::parse_duration(s)
+        .ok_or_else(|| format!("`{s}` is not a duration such as 15s"))
 }
 
 #[tokio::main]
@@ -191,11 +182,27 @@ async fn main() -> anyhow::Result<()> {
             &queue,
             |q, _: &Community| q.add_config(),
         ),
+        bfd_profiles: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &queue,
+            |q, _: &BFDProfile| q.add_config(),
+        ),
+        // Metadata-only LIST and WATCH: peers' password Secrets are checked by name, and the
+        // controller never holds Secret data.
+        secrets: spawn_store(
+            Api::namespaced(client.clone(), &ns),
+            &queue,
+            |q, _: &PartialObjectMeta<Secret>| q.add_config(),
+        ),
     };
 
     stores.services.wait_until_ready().await?;
     stores.namespaces.wait_until_ready().await?;
     stores.pools.wait_until_ready().await?;
+    // A peer is checked against these: before their first list, every password Secret and BFD
+    // profile would look missing, and a first pass would flip Ready to False and back.
+    stores.secrets.wait_until_ready().await?;
+    stores.bfd_profiles.wait_until_ready().await?;
     ready.set(true);
 
     let settings = Settings {

@@ -2,7 +2,8 @@
 //! asks the allocator, writes `status.loadBalancer` and pool status, emits Events.
 //!
 //! ```text
-//!  watchers (Services, Namespaces, pools, advertisements, peers, communities)
+//!  watchers (Services, Namespaces, pools, advertisements, peers, communities, BFD profiles,
+//!            Secrets' names)
 //!      │ reflector stores                         every change ─► trigger ─┐
 //!      ▼                                                                   ▼
 //!  Controller::pass ── allocator.assign (pure) ──► plan: status writes, Events, pool status
@@ -27,14 +28,14 @@ use std::time::{Duration, Instant};
 
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{
-    BGPAdvertisement, BGPPeer, CONDITION_READY, Community, IPAddressPool, IPAddressPoolStatus,
-    L2Advertisement,
+    BFDProfile, BGPAdvertisement, BGPPeer, CONDITION_READY, Community, IPAddressPool,
+    IPAddressPoolStatus, L2Advertisement,
 };
 use ferrolb_api::validate::{self, ConfigError, PoolVerdict};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, Namespace, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -67,6 +68,11 @@ pub struct Stores {
     pub peers: Store<BGPPeer>,
     /// Community aliases in the install namespace.
     pub communities: Store<Community>,
+    /// BFD profiles in the install namespace (for BGP peers' `bfdProfile`).
+    pub bfd_profiles: Store<BFDProfile>,
+    /// Secrets in the install namespace, metadata only (for BGP peers' `passwordSecret`: the
+    /// controller needs their names, never their data).
+    pub secrets: Store<PartialObjectMeta<Secret>>,
 }
 
 /// What the controller remembers about one Service between passes.
@@ -667,6 +673,22 @@ impl Controller {
             .collect();
         for c in stores.communities.state() {
             self.write_ready::<Community>(&c, &alias_errors).await;
+        }
+        let secrets: BTreeSet<String> = stores
+            .secrets
+            .state()
+            .iter()
+            .map(|s| s.name_any())
+            .collect();
+        let bfd_profiles: BTreeSet<String> = stores
+            .bfd_profiles
+            .state()
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        for peer in &peers {
+            let errors = validate::check_bgp_peer(peer, &secrets, &bfd_profiles);
+            self.write_ready::<BGPPeer>(peer, &errors).await;
         }
     }
 

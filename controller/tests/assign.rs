@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use ferrolb_api::names;
-use ferrolb_api::v1beta1::IpMode;
+use ferrolb_api::v1beta1::{BGPPeer, IpMode};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
@@ -176,4 +176,44 @@ async fn a_dual_stack_service_gets_one_address_per_family_in_its_family_order() 
     assert_eq!(ips, ["fd00:99:15::", "10.99.15.0"]);
     let v6 = wait_for_ingress(&cluster.client(), "v6-only").await;
     assert_eq!(v6, vec![("fd00:99:15::1".to_string(), "VIP".to_string())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_naming_a_missing_bfd_profile_is_not_ready_until_the_profile_is_created() {
+    let cluster = Cluster::start().await;
+    cluster
+        .create_bgp_peer("tor", serde_json::json!({"bfdProfile": "fast"}))
+        .await;
+    let _controller = cluster.spawn_controller("c1");
+    let condition = cluster.wait_for_ready::<BGPPeer>("tor", "False").await;
+    assert_eq!(condition.reason, "BFDProfileNotFound");
+    assert!(
+        condition.message.contains("`fast`") && condition.message.contains("without BFD"),
+        "{}",
+        condition.message
+    );
+    cluster.create_bfd_profile("fast").await;
+    let condition = cluster.wait_for_ready::<BGPPeer>("tor", "True").await;
+    assert_eq!(condition.reason, "Valid");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_naming_a_missing_password_secret_is_not_ready_until_the_secret_is_created() {
+    let cluster = Cluster::start().await;
+    cluster
+        .create_bgp_peer(
+            "tor",
+            serde_json::json!({"passwordSecret": {"name": "md5"}}),
+        )
+        .await;
+    cluster
+        .create_bgp_peer("plain", serde_json::json!({}))
+        .await;
+    let _controller = cluster.spawn_controller("c1");
+    let condition = cluster.wait_for_ready::<BGPPeer>("tor", "False").await;
+    assert_eq!(condition.reason, "MissingSecret");
+    assert!(condition.message.contains("`md5`"), "{}", condition.message);
+    cluster.wait_for_ready::<BGPPeer>("plain", "True").await;
+    cluster.create_password_secret("md5").await;
+    cluster.wait_for_ready::<BGPPeer>("tor", "True").await;
 }

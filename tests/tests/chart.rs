@@ -85,8 +85,8 @@ const OWN: &[&str] = &["list", "create", "delete"];
 use Scope::{Cluster, InstallNamespace as Ns};
 
 /// The API calls `ferrolb-controller` makes (read from its code: reflectors list and watch,
-/// status (with the pool annotation) and conditions are merge patches of `/status`, the Lease
-/// is read, created and replaced, Events are created).
+/// Secrets' metadata only; status (with the pool annotation) and conditions are merge patches of
+/// `/status`, the Lease is read, created and replaced, Events are created).
 const CONTROLLER_API_CALLS: &[ApiCall] = &[
     // The pool annotation rides on the status patch: no write to the Service itself.
     call(Cluster, "", "services", WATCH),
@@ -107,8 +107,12 @@ const CONTROLLER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "bgpadvertisements", WATCH),
     call(Ns, "ferrolb.io", "bgpadvertisements/status", PATCH),
     call(Ns, "ferrolb.io", "bgppeers", WATCH),
+    call(Ns, "ferrolb.io", "bgppeers/status", PATCH),
     call(Ns, "ferrolb.io", "communities", WATCH),
     call(Ns, "ferrolb.io", "communities/status", PATCH),
+    call(Ns, "ferrolb.io", "bfdprofiles", WATCH),
+    // Names only (metadata-only list and watch): a peer's password Secret must exist.
+    call(Ns, "", "secrets", WATCH),
 ];
 
 /// The API calls `ferrolb-speaker` makes (recorded from the binary by `recorded_calls`:

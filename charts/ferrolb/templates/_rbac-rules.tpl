@@ -3,9 +3,11 @@ Every permission FerroLB's binaries get, in one place. Each rule here is an API 
 makes; tests/tests/chart.rs holds the same list as the table the rendered Roles are compared with,
 and the API calls recorded from the binaries are to be compared with that table.
 
-  controller: watches Services, Namespaces and the ferrolb.io configuration; writes Services'
-              status and their allocated-from-pool annotation, the Ready condition of pools,
-              advertisements and communities; takes the leader Lease; creates Events
+  controller: watches Services, Namespaces, the ferrolb.io configuration and the names of the
+              Secrets in its namespace (metadata only: BGP peers' password Secrets must exist;
+              it never reads their data); writes Services' status and their
+              allocated-from-pool annotation, the Ready condition of pools, advertisements,
+              communities and BGP peers; takes the leader Lease; creates Events
               (events.k8s.io; each a new object, never patched).
   speaker:    watches what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds),
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
@@ -32,11 +34,14 @@ and the API calls recorded from the binaries are to be compared with that table.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, create, update]
-- apiGroups: [ferrolb.io]
-  resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities]
+- apiGroups: [""]
+  resources: [secrets]
   verbs: [list, watch]
 - apiGroups: [ferrolb.io]
-  resources: [ipaddresspools/status, l2advertisements/status, bgpadvertisements/status, communities/status]
+  resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities, bfdprofiles]
+  verbs: [list, watch]
+- apiGroups: [ferrolb.io]
+  resources: [ipaddresspools/status, l2advertisements/status, bgpadvertisements/status, bgppeers/status, communities/status]
   verbs: [patch]
 {{- end -}}
 

@@ -11,10 +11,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferrolb_api::v1beta1::{IPAddressPool, IPAddressPoolSpec, IpMode};
+use ferrolb_api::v1beta1::{BFDProfile, BGPPeer, IPAddressPool, IPAddressPoolSpec, IpMode};
+use ferrolb_controller::reconcile::HasConditions;
 use ferrolb_tests::apiserver::ApiServerConfig;
 use ferrolb_tests::backend::Backend;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 /// The install namespace used by the tests.
@@ -120,6 +122,79 @@ impl Cluster {
             .create(&PostParams::default(), &pool)
             .await
             .expect("pool is created");
+    }
+
+    /// Creates a BGPPeer in the install namespace: AS 64512 to AS 64513 at 10.0.0.1, with the
+    /// fields of `spec` (a JSON object) on top.
+    pub async fn create_bgp_peer(&self, name: &str, spec: serde_json::Value) {
+        let mut full =
+            serde_json::json!({"myASN": 64512, "peerASN": 64513, "peerAddress": "10.0.0.1"});
+        full.as_object_mut()
+            .expect("an object")
+            .extend(spec.as_object().expect("spec is a JSON object").clone());
+        let peer: BGPPeer = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ferrolb.io/v1beta1", "kind": "BGPPeer",
+            "metadata": {"name": name, "namespace": NS}, "spec": full,
+        }))
+        .expect("a BGPPeer");
+        Api::<BGPPeer>::namespaced(self.client(), NS)
+            .create(&PostParams::default(), &peer)
+            .await
+            .expect("peer is created");
+    }
+
+    /// Creates a BFDProfile with MetalLB's defaults in the install namespace.
+    pub async fn create_bfd_profile(&self, name: &str) {
+        let profile: BFDProfile = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ferrolb.io/v1beta1", "kind": "BFDProfile",
+            "metadata": {"name": name, "namespace": NS}, "spec": {},
+        }))
+        .expect("a BFDProfile");
+        Api::<BFDProfile>::namespaced(self.client(), NS)
+            .create(&PostParams::default(), &profile)
+            .await
+            .expect("profile is created");
+    }
+
+    /// Creates a Secret holding a BGP password (under `password`) in the install namespace.
+    pub async fn create_password_secret(&self, name: &str) {
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": NS},
+            "stringData": {"password": "s3cret"},
+        }))
+        .expect("a Secret");
+        Api::<Secret>::namespaced(self.client(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("Secret is created");
+    }
+
+    /// Waits until object `name` of kind `K` in the install namespace has a `Ready` condition
+    /// with `status` (`True` or `False`), and returns it.
+    pub async fn wait_for_ready<K>(&self, name: &str, status: &str) -> Condition
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + HasConditions
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api = Api::<K>::namespaced(self.client(), NS);
+        eventually(
+            Duration::from_secs(20),
+            &format!("{} {name} to be Ready={status}", K::kind(&())),
+            || {
+                let api = api.clone();
+                async move {
+                    let object = api.get(name).await.ok()?;
+                    object
+                        .conditions()
+                        .into_iter()
+                        .find(|c| c.type_ == "Ready" && c.status == status)
+                }
+            },
+        )
+        .await
     }
 
     /// Creates a LoadBalancer Service in `default` with one TCP port.

@@ -483,6 +483,9 @@ async fn controller_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_g
         BackendKind::Real => apply_chart(&client, &objects.yaml, |_| {}).await,
     }
     seed_configuration(&client, "10.99.7.0/28").await;
+    // A peer for its Ready condition (`bgppeers/status`); the speaker's scene has its own.
+    let spec = json!({"myASN": 64512, "peerASN": 64513, "peerAddress": "10.99.7.254"});
+    create(&client, "BGPPeer", "bgppeers", "router", spec).await;
     let dir = std::env::temp_dir().join(format!("ferrolb-chart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
