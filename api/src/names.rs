@@ -69,6 +69,8 @@ pub const STATUS_NODE_LABEL: &str = "ferrolb.io/node";
 pub const STATUS_SERVICE_NAME_LABEL: &str = "ferrolb.io/service-name";
 /// Label on ServiceL2Status / ServiceBGPStatus objects: the Service's namespace.
 pub const STATUS_SERVICE_NAMESPACE_LABEL: &str = "ferrolb.io/service-namespace";
+/// Label on BGPSessionState objects: the `BGPPeer`'s name (the node is [`STATUS_NODE_LABEL`]).
+pub const STATUS_PEER_LABEL: &str = "ferrolb.io/peer";
 
 /// Label that identifies speaker Pods (used to discover gossip peers).
 pub const SPEAKER_POD_LABEL: &str = "app.kubernetes.io/component";

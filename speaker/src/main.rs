@@ -8,6 +8,7 @@
 //!        ├─ refetch task: the slices of a Service that became ours, listed ───────┤
 //!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses ─────────────────────┤
 //!        ├─ status task (StatusQueue) and Event task (EventQueue): API writes      │
+//!        ├─ BGPSessionState task (the latest session states, at most once a second) │
 //!        ├─ telemetry::serve (/metrics /healthz /readyz)                           ▼
 //!        └─ sync loop: once every kind has listed; on change (debounced), or every 5 s for
 //!           interfaces and session metrics ─► Speaker::sync (no API call)
@@ -23,6 +24,7 @@ use ferrolb_api::names;
 use ferrolb_speaker::cluster::{Cluster, Scope, Update};
 use ferrolb_speaker::membership::{Gossip, GossipKey, MembershipConfig};
 use ferrolb_speaker::shell::metrics::Metrics;
+use ferrolb_speaker::shell::sessions::SessionStateWriter;
 use ferrolb_speaker::shell::snapshot::secret_bytes;
 use ferrolb_speaker::shell::status::{StatusQueue, StatusWriter};
 use ferrolb_speaker::shell::{Settings, Speaker, decode_unable, encode_unable};
@@ -192,6 +194,17 @@ async fn speaker_main() -> anyhow::Result<()> {
         enable_bgp: args.enable_bgp,
     };
     let mut speaker = Speaker::new(settings, metrics.clone(), status, events);
+    if args.enable_bgp {
+        tokio::spawn(
+            SessionStateWriter {
+                client: client.clone(),
+                namespace: args.namespace.clone(),
+                node: args.node_name.clone(),
+                metrics: metrics.clone(),
+            }
+            .run(speaker.session_report()),
+        );
+    }
 
     let mut gossip: Option<Gossip> = None;
     let mut gossip_live: Option<watch::Receiver<BTreeSet<String>>> = None;

@@ -333,12 +333,20 @@ fn md5(d: Daemon, name: &str, ours: &str, establishes: bool) {
         assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
     } else {
         // Segments with a wrong signature are dropped by the router's kernel: no session.
-        assert!(
-            probe
-                .wait_state("Established", Duration::from_secs(8))
-                .is_none()
-        );
+        // The attempt is given up after the connect timeout (10 s), and the status says what
+        // an operator should look at.
+        let failed = probe.wait_for(Duration::from_secs(15), |v| {
+            v["status"]["state"] == "Established" || v["status"]["last_error"].is_string()
+        });
+        let last = failed.unwrap_or_else(|| panic!("no error recorded: {:?}", probe.last));
+        assert_ne!(last["status"]["state"], "Established", "{last}");
         assert!(d.route(&lab, V4_KEEP).is_none());
+        let error = last["status"]["last_error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with(&format!("no TCP connection to {ROUTER_V4}:179 within"))
+                && error.contains("TCP-MD5"),
+            "{last}"
+        );
     }
     probe.shutdown();
 }
@@ -543,4 +551,91 @@ fn bfd_takes_the_bgp_session_down_within_a_second_of_a_cut_where_the_hold_time_t
         "{took:?}"
     );
     probe.shutdown();
+}
+
+/// A NOTIFICATION from the router is kept as the last one received, in words, and is the
+/// session's last error.
+fn notification_from_the_router(d: Daemon, name: &str) {
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new(name);
+    d.start(
+        &mut lab,
+        &Session {
+            ibgp: false,
+            password: None,
+            graceful_restart: false,
+        },
+    );
+    let mut probe = Probe::start(&lab, &peer_json(false, None, false));
+    probe.send(advertise(&[V4_KEEP, V6_KEEP]));
+    let up = probe.wait_for(ESTABLISH, |v| {
+        v["status"]["state"] == "Established" && v["status"]["announced_prefixes"] == 2
+    });
+    let up = up.unwrap_or_else(|| panic!("Established with both routes: {:?}", probe.last));
+    assert_eq!(
+        (&up["status"]["announced_v4"], &up["status"]["announced_v6"]),
+        (&json!(1), &json!(1))
+    );
+    assert!(up["status"]["established_since"].is_object(), "{up}");
+    assert_eq!(up["status"]["hold_time"], json!({"secs": 90, "nanos": 0}));
+    let shut = match d {
+        Daemon::Bird => {
+            let ctl = lab.path("bird.ctl");
+            lab.router_cmd(&["birdc", "-s", &ctl, "disable", "spk"])
+        }
+        _ => {
+            let dir = lab.path("");
+            let cmd = format!("neighbor {SPEAKER_V4} shutdown");
+            lab.router_cmd(&[
+                "vtysh",
+                "--vty_socket",
+                &dir,
+                "-d",
+                "bgpd",
+                "-c",
+                "configure terminal",
+                "-c",
+                &format!("router bgp {ROUTER_AS}"),
+                "-c",
+                &cmd,
+            ])
+        }
+    };
+    let down = probe.wait_for(ESTABLISH, |v| {
+        v["status"]["last_notification_received"].is_object()
+            && v["status"]["state"] != "Established"
+    });
+    let down = down.unwrap_or_else(|| panic!("no NOTIFICATION recorded after `{shut}`"));
+    let n = &down["status"]["last_notification_received"];
+    assert_eq!(
+        (&n["code"], &n["subcode"]),
+        (&json!(6), &json!(2)),
+        "{down}"
+    );
+    assert!(
+        n["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("6/2 Cease: administrative shutdown")),
+        "{down}"
+    );
+    assert!(
+        down["status"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the peer sent 6/2 Cease")),
+        "{down}"
+    );
+    assert!(down["status"]["established_since"].is_null(), "{down}");
+    probe.shutdown();
+}
+
+#[test]
+fn a_notification_from_bird_is_recorded_in_words_as_the_last_one_received() {
+    notification_from_the_router(Daemon::Bird, "bird-notif");
+}
+
+#[test]
+fn a_notification_from_frr_is_recorded_in_words_as_the_last_one_received() {
+    notification_from_the_router(Daemon::Frr, "frr-notif");
 }

@@ -136,6 +136,8 @@ const SPEAKER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "servicel2statuses/status", PATCH),
     call(Ns, "ferrolb.io", "servicebgpstatuses", OWN),
     call(Ns, "ferrolb.io", "servicebgpstatuses/status", PATCH),
+    call(Ns, "ferrolb.io", "bgpsessionstates", OWN),
+    call(Ns, "ferrolb.io", "bgpsessionstates/status", PATCH),
 ];
 
 /// The command-line flags `ferrolb-controller` defines.

@@ -54,6 +54,7 @@ pub fn all_crds()
         BFDProfile::crd(),
         ServiceL2Status::crd(),
         ServiceBGPStatus::crd(),
+        BGPSessionState::crd(),
     ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {

@@ -11,9 +11,9 @@ and the API calls recorded from the binaries are to be compared with that table.
               (events.k8s.io; each a new object, never patched).
   speaker:    watches what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds),
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
-              lists, creates and deletes its ServiceL2Status / ServiceBGPStatus objects and merge
-              patches their status; creates Events (events.k8s.io; each a new object, never
-              patched).
+              lists, creates and deletes its ServiceL2Status / ServiceBGPStatus /
+              BGPSessionState objects and merge patches their status; creates Events
+              (events.k8s.io; each a new object, never patched).
 */}}
 
 {{/* Controller, cluster-wide (ClusterRole). */}}
@@ -67,9 +67,9 @@ and the API calls recorded from the binaries are to be compared with that table.
   resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities, bfdprofiles]
   verbs: [list, watch]
 - apiGroups: [ferrolb.io]
-  resources: [servicel2statuses, servicebgpstatuses]
+  resources: [servicel2statuses, servicebgpstatuses, bgpsessionstates]
   verbs: [list, create, delete]
 - apiGroups: [ferrolb.io]
-  resources: [servicel2statuses/status, servicebgpstatuses/status]
+  resources: [servicel2statuses/status, servicebgpstatuses/status, bgpsessionstates/status]
   verbs: [patch]
 {{- end -}}

@@ -233,6 +233,8 @@ struct Registry {
     routes: HashMap<NonZeroU32, Route>,
     receivers: HashMap<(IpAddr, bool), AbortHandle>,
     unmatched: BTreeMap<&'static str, u64>,
+    /// Drops counted by sessions that have ended.
+    ended: BTreeMap<&'static str, u64>,
     next_discr: u32,
 }
 
@@ -279,6 +281,7 @@ impl BfdSessions {
                     routes: HashMap::new(),
                     receivers: HashMap::new(),
                     unmatched: BTreeMap::new(),
+                    ended: BTreeMap::new(),
                     next_discr: rand::random(),
                 }),
             }),
@@ -371,6 +374,23 @@ impl BfdSessions {
     pub fn unmatched_drops(&self) -> BTreeMap<&'static str, u64> {
         self.shared.lock().unmatched.clone()
     }
+
+    /// Every packet dropped since the first session started, by
+    /// [`DropReason::metric_label`]: those no session could own, and those of every session,
+    /// running or ended (the totals never go down).
+    pub fn drops(&self) -> BTreeMap<&'static str, u64> {
+        let registry = self.shared.lock();
+        let mut total = registry.unmatched.clone();
+        for (reason, n) in &registry.ended {
+            *total.entry(reason).or_default() += n;
+        }
+        for route in registry.routes.values() {
+            for (reason, n) in &route.status.borrow().dropped {
+                *total.entry(reason).or_default() += n;
+            }
+        }
+        total
+    }
 }
 
 /// One running session. Dropping it stops the session as [`BfdHandle::shutdown`] does, without
@@ -421,7 +441,13 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut registry = self.shared.lock();
         registry.demux.remove(self.discr);
-        registry.routes.remove(&self.discr);
+        if let Some(route) = registry.routes.remove(&self.discr) {
+            // Kept, so that the totals of [`BfdSessions::drops`] never go down.
+            let dropped = route.status.borrow().dropped.clone();
+            for (reason, n) in dropped {
+                *registry.ended.entry(reason).or_default() += n;
+            }
+        }
     }
 }
 

@@ -43,6 +43,66 @@ impl Notification {
     }
 }
 
+impl Notification {
+    /// The code and subcode in words (RFC 4271 §4.5, RFC 4486, RFC 6608, RFC 7313), such as
+    /// `6/2 Cease: administrative shutdown`, with the shutdown message when one was sent.
+    pub fn describe(&self) -> String {
+        let code = match self.code {
+            code::HEADER => "Message Header Error",
+            code::OPEN => "OPEN Message Error",
+            code::UPDATE => "UPDATE Message Error",
+            code::HOLD_TIMER_EXPIRED => "Hold Timer Expired",
+            code::FSM => "Finite State Machine Error",
+            code::CEASE => "Cease",
+            7 => "ROUTE-REFRESH Message Error",
+            _ => "unknown error code",
+        };
+        let sub = match (self.code, self.subcode) {
+            (code::HEADER, 1) => "connection not synchronized",
+            (code::HEADER, 2) => "bad message length",
+            (code::HEADER, 3) => "bad message type",
+            (code::OPEN, 1) => "unsupported version number",
+            (code::OPEN, 2) => "bad peer AS",
+            (code::OPEN, 3) => "bad BGP identifier",
+            (code::OPEN, 4) => "unsupported optional parameter",
+            (code::OPEN, 6) => "unacceptable hold time",
+            (code::OPEN, 7) => "unsupported capability",
+            (code::UPDATE, 1) => "malformed attribute list",
+            (code::UPDATE, 2) => "unrecognized well-known attribute",
+            (code::UPDATE, 3) => "missing well-known attribute",
+            (code::UPDATE, 4) => "attribute flags error",
+            (code::UPDATE, 5) => "attribute length error",
+            (code::UPDATE, 6) => "invalid ORIGIN attribute",
+            (code::UPDATE, 8) => "invalid NEXT_HOP attribute",
+            (code::UPDATE, 9) => "optional attribute error",
+            (code::UPDATE, 10) => "invalid network field",
+            (code::UPDATE, 11) => "malformed AS_PATH",
+            (code::FSM, 1) => "unexpected message in OpenSent",
+            (code::FSM, 2) => "unexpected message in OpenConfirm",
+            (code::FSM, 3) => "unexpected message in Established",
+            (code::CEASE, 1) => "maximum number of prefixes reached",
+            (code::CEASE, 2) => "administrative shutdown",
+            (code::CEASE, 3) => "peer de-configured",
+            (code::CEASE, 4) => "administrative reset",
+            (code::CEASE, 5) => "connection rejected",
+            (code::CEASE, 6) => "other configuration change",
+            (code::CEASE, 7) => "connection collision resolution",
+            (code::CEASE, 8) => "out of resources",
+            (code::CEASE, 9) => "hard reset",
+            (code::CEASE, 10) => "BFD down",
+            (7, 1) => "invalid message length",
+            (_, 0) => "unspecific",
+            _ => "unknown subcode",
+        };
+        match self.shutdown_message() {
+            Some(m) if !m.is_empty() => {
+                format!("{}/{} {code}: {sub} ({m:?})", self.code, self.subcode)
+            }
+            _ => format!("{}/{} {code}: {sub}", self.code, self.subcode),
+        }
+    }
+}
+
 impl fmt::Display for Notification {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.code, self.subcode)?;
@@ -231,5 +291,40 @@ impl SessionError {
             UnexpectedMessage(_) => "fsm_error",
             Cease(_) => "cease",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_is_described_in_words_with_its_shutdown_message() {
+        let plain = Notification {
+            code: code::OPEN,
+            subcode: 2,
+            data: vec![],
+        };
+        assert_eq!(plain.describe(), "2/2 OPEN Message Error: bad peer AS");
+        let mut data = vec![11];
+        data.extend_from_slice(b"maintenance");
+        let shutdown = Notification {
+            code: code::CEASE,
+            subcode: 2,
+            data,
+        };
+        assert_eq!(
+            shutdown.describe(),
+            "6/2 Cease: administrative shutdown (\"maintenance\")"
+        );
+        let unknown = Notification {
+            code: 42,
+            subcode: 7,
+            data: vec![],
+        };
+        assert_eq!(
+            unknown.describe(),
+            "42/7 unknown error code: unknown subcode"
+        );
     }
 }

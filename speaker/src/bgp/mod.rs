@@ -25,5 +25,5 @@ pub use config::{
 };
 pub use error::{CeaseReason, Notification, SessionError};
 pub use fsm::{Event, Input, Output, Session, State, Timer};
-pub use peer::PeerStatus;
+pub use peer::{NotificationRecord, PeerStatus};
 pub use speaker::BgpSpeaker;

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::config::{Advertisement, PeerConfig};
-use super::error::CeaseReason;
+use super::error::{CeaseReason, Notification};
 use super::fsm::{Event, Input, Output, Session, State, Timer};
 use super::socket;
 use crate::bfd::shell::{BfdHandle, BfdPeer, BfdSessions, BfdStatus};
@@ -56,10 +56,29 @@ pub struct PeerStatus {
     pub malformed_updates: BTreeMap<&'static str, u64>,
     /// The last malformed UPDATE survived, for humans.
     pub last_malformed: Option<String>,
-    /// The last reason the session went down, for humans.
+    /// The last reason the session went down or could not come up, for humans.
     pub last_error: Option<String>,
+    /// When `last_error` first read as it does (a repeat of the same error keeps the time).
+    pub last_error_at: Option<SystemTime>,
+    /// The last NOTIFICATION the peer sent.
+    pub last_notification_received: Option<NotificationRecord>,
+    /// The last NOTIFICATION we sent.
+    pub last_notification_sent: Option<NotificationRecord>,
     /// Times the session reached Established.
     pub established_count: u64,
+    /// Since when the session is Established (wall clock); `None` while it is not.
+    pub established_since: Option<SystemTime>,
+    /// IPv4 prefixes the peer holds from us.
+    pub announced_v4: usize,
+    /// IPv6 prefixes the peer holds from us.
+    pub announced_v6: usize,
+    /// The hold time agreed at OPEN (`None` before the OPENs are exchanged).
+    pub hold_time: Option<Duration>,
+    /// The keepalive interval in force.
+    pub keepalive: Option<Duration>,
+    /// What both sides agreed at OPEN (`ipv4-unicast`, `ipv6-unicast`, `4-octet-as`,
+    /// `graceful-restart`).
+    pub capabilities: Vec<&'static str>,
     /// The BFD session's state (`Up`, `Down`, `Init`, `AdminDown`), when BFD is configured.
     pub bfd: Option<crate::bfd::State>,
     /// Times BFD going down closed the BGP session.
@@ -81,10 +100,53 @@ impl Default for PeerStatus {
             malformed_updates: BTreeMap::new(),
             last_malformed: None,
             last_error: None,
+            last_error_at: None,
+            last_notification_received: None,
+            last_notification_sent: None,
             established_count: 0,
+            established_since: None,
+            announced_v4: 0,
+            announced_v6: 0,
+            hold_time: None,
+            keepalive: None,
+            capabilities: Vec::new(),
             bfd: None,
             bfd_downs: 0,
             bfd_detection_time: None,
+        }
+    }
+}
+
+/// A NOTIFICATION sent or received, with when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotificationRecord {
+    /// Error code.
+    pub code: u8,
+    /// Error subcode.
+    pub subcode: u8,
+    /// Code and subcode in words (and the shutdown message, when the peer sent one).
+    pub message: String,
+    /// When.
+    pub at: SystemTime,
+}
+
+impl NotificationRecord {
+    fn new(n: &Notification) -> Self {
+        NotificationRecord {
+            code: n.code,
+            subcode: n.subcode,
+            message: n.describe(),
+            at: SystemTime::now(),
+        }
+    }
+}
+
+impl PeerStatus {
+    /// Records `error` as the last error; its time changes only when the text does.
+    pub fn set_error(&mut self, error: String) {
+        if self.last_error.as_ref() != Some(&error) {
+            self.last_error = Some(error);
+            self.last_error_at = Some(SystemTime::now());
         }
     }
 }
@@ -104,6 +166,8 @@ pub(crate) struct PeerTask {
     bfd_sessions: BfdSessions,
     bfd: Option<(BfdHandle, watch::Receiver<BfdStatus>)>,
     bfd_was_up: bool,
+    /// When the connection attempt under way started.
+    connect_started: Option<Instant>,
 }
 
 async fn bfd_changed(bfd: &mut Option<(BfdHandle, watch::Receiver<BfdStatus>)>) -> BfdStatus {
@@ -158,6 +222,7 @@ impl PeerTask {
             bfd_sessions,
             bfd: None,
             bfd_was_up: false,
+            connect_started: None,
         };
         let initial = advertisements.borrow_and_update().as_ref().clone();
         task.pending.push_back(Input::SetAdvertisements(initial));
@@ -220,6 +285,8 @@ impl PeerTask {
                         },
                         Err(e) => {
                             tracing::debug!(error = %e, "connect failed");
+                            let to = task.remote();
+                            task.status.send_modify(|s| s.set_error(format!("TCP connection to {to}: {e}")));
                             Input::ConnectFailed
                         }
                     }
@@ -233,6 +300,12 @@ impl PeerTask {
             task.pending.push_back(input);
             task.drain().await;
         }
+    }
+
+    /// The peer's address and port, for messages.
+    fn remote(&self) -> std::net::SocketAddr {
+        let c = self.session.config();
+        std::net::SocketAddr::new(c.peer_address, c.peer_port)
     }
 
     /// Starts the BFD session with the peer from `local`, once, when BFD is configured.
@@ -258,7 +331,7 @@ impl PeerTask {
             Err(e) => {
                 tracing::warn!(peer = %id, error = %e, "cannot run BFD with the peer; BGP runs without it");
                 self.status
-                    .send_modify(|s| s.last_error = Some(format!("BFD: {e}")));
+                    .send_modify(|s| s.set_error(format!("BFD: {e}")));
             }
         }
     }
@@ -287,7 +360,7 @@ impl PeerTask {
         self.writer = None;
         self.status.send_modify(|s| {
             s.bfd_downs += 1;
-            s.last_error = Some(format!("BFD went down ({:?})", st.local_diag));
+            s.set_error(format!("BFD went down ({:?})", st.local_diag));
         });
         true
     }
@@ -299,10 +372,27 @@ impl PeerTask {
             let outputs = self.session.handle(now, input);
             self.apply_outputs(outputs).await;
         }
-        let announced = self.session.adj_rib_out().len();
+        let rib = self.session.adj_rib_out();
+        let announced = rib.len();
         let state = self.session.state();
+        let session = &self.session;
         self.status.send_if_modified(|s| {
             let changed = s.state != state || s.announced_prefixes != announced;
+            if s.announced_prefixes != announced {
+                // Only when the count changed: a walk of what was sent, after an UPDATE.
+                s.announced_v4 = rib
+                    .keys()
+                    .filter(|p| matches!(p, ipnet::IpNet::V4(_)))
+                    .count();
+                s.announced_v6 = announced - s.announced_v4;
+            }
+            if s.state != state {
+                s.established_since = (state == State::Established).then(SystemTime::now);
+                let n = session.negotiated();
+                s.hold_time = n.map(|n| n.hold_time);
+                s.keepalive = n.map(|n| n.keepalive);
+                s.capabilities = n.map(negotiated_capabilities).unwrap_or_default();
+            }
             s.state = state;
             s.announced_prefixes = announced;
             changed
@@ -315,6 +405,7 @@ impl PeerTask {
             match output {
                 Output::Connect => {
                     let config = self.session.config().clone();
+                    self.connect_started = Some(Instant::now());
                     self.connecting =
                         Some(tokio::spawn(async move { socket::connect(&config).await }));
                 }
@@ -331,6 +422,21 @@ impl PeerTask {
                 }
                 Output::Disconnect => {
                     if let Some(h) = self.connecting.take() {
+                        if !h.is_finished() && self.session.state() == State::Active {
+                            // The connect-retry timer ran out on the attempt: nothing answered.
+                            let to = self.remote();
+                            let waited = self
+                                .connect_started
+                                .map(|t| Duration::from_millis(t.elapsed().as_millis() as u64))
+                                .unwrap_or_default();
+                            self.status.send_modify(|s| {
+                                s.set_error(format!(
+                                    "no TCP connection to {to} within {waited:?}: no answer to the SYN \
+                                     (with TCP-MD5, a password the peer does not share looks like this; \
+                                     else a filter, or nothing listening)"
+                                ))
+                            });
+                        }
                         h.abort();
                     }
                     self.reader = None;
@@ -359,9 +465,11 @@ impl PeerTask {
             }
             Event::NotificationSent(e) => {
                 tracing::warn!(%peer, error = %e, notification = %e.notification(), "sent NOTIFICATION");
+                let n = e.notification();
                 self.status.send_modify(|s| {
                     *s.notifications_sent.entry(e.metric_label()).or_default() += 1;
-                    s.last_error = Some(format!("we sent {}: {e}", e.notification()));
+                    s.set_error(format!("we sent {n} ({e})"));
+                    s.last_notification_sent = Some(NotificationRecord::new(&n));
                 });
             }
             Event::NotificationReceived(n) => {
@@ -370,7 +478,8 @@ impl PeerTask {
                     *s.notifications_received
                         .entry(format!("{}/{}", n.code, n.subcode))
                         .or_default() += 1;
-                    s.last_error = Some(format!("peer sent {n}"));
+                    s.set_error(format!("the peer sent {}", n.describe()));
+                    s.last_notification_received = Some(NotificationRecord::new(&n));
                 });
             }
             Event::UpdatesSent {
@@ -396,6 +505,25 @@ impl PeerTask {
             }
         }
     }
+}
+
+/// What both sides agreed at OPEN, as the names `BGPSessionState` shows.
+fn negotiated_capabilities(n: &super::fsm::Negotiated) -> Vec<&'static str> {
+    use super::wire::Family;
+    let mut out = Vec::new();
+    if n.families.contains(&Family::IPV4_UNICAST) {
+        out.push("ipv4-unicast");
+    }
+    if n.families.contains(&Family::IPV6_UNICAST) {
+        out.push("ipv6-unicast");
+    }
+    if n.four_octet_as {
+        out.push("4-octet-as");
+    }
+    if n.graceful_restart {
+        out.push("graceful-restart");
+    }
+    out
 }
 
 async fn sleep_until(at: Option<Instant>) {

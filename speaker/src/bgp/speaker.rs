@@ -134,6 +134,12 @@ impl BgpSpeaker {
             .collect()
     }
 
+    /// BFD packets dropped since the first BFD session started, by reason (see
+    /// [`crate::bfd::shell::BfdSessions::drops`]).
+    pub fn bfd_drops(&self) -> BTreeMap<&'static str, u64> {
+        self.lock().bfd.drops()
+    }
+
     /// A receiver that sees every status change of `peer`, for waiting on a state.
     pub fn watch_status(&self, peer: &PeerId) -> Option<watch::Receiver<PeerStatus>> {
         self.lock().peers.get(peer).map(|h| h.status.clone())

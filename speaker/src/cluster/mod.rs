@@ -169,6 +169,8 @@ pub struct Cluster {
     /// One copy of each node name seen in endpoints.
     node_names: HashSet<Arc<str>>,
     node_infos: BTreeMap<String, NodeInfo>,
+    /// This node's UID (the owner of the objects that must go with the Node).
+    this_node_uid: Option<String>,
     config: Config,
     changes: Changes,
     speakers_dirty: bool,
@@ -198,6 +200,7 @@ impl Cluster {
             services_by_ip: HashMap::new(),
             node_names: HashSet::new(),
             node_infos: BTreeMap::new(),
+            this_node_uid: None,
             config: Config::default(),
             changes: Changes {
                 config: true,
@@ -511,6 +514,9 @@ impl Cluster {
             }
             Update::Synced => !self.nodes.synced().is_empty(),
             Update::Apply(node) => {
+                if node.name_any() == self.scope.this_node {
+                    self.this_node_uid = node.metadata.uid.clone();
+                }
                 let rec = NodeRec {
                     info: convert::node_info(&node),
                     ready: node_ready(&node),
@@ -528,6 +534,11 @@ impl Cluster {
             self.changes.config = true;
             self.speakers_dirty = true;
         }
+    }
+
+    /// This node's UID, once its Node object was seen.
+    pub fn this_node_uid(&self) -> Option<&str> {
+        self.this_node_uid.as_deref()
     }
 
     /// A speaker Pod event.

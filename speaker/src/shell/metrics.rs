@@ -81,6 +81,9 @@ pub struct Metrics {
     pub bfd_session_up: Family<PeerLabels, Gauge>,
     /// BGP sessions closed because BFD went down.
     pub bfd_downs: Family<PeerLabels, Counter>,
+    /// BFD packets dropped on receive (or not sent), by reason (`ttl_not_255`, `no_session`,
+    /// `queue_full`, `send_failed`, a malformed packet's own label, ...).
+    pub bfd_dropped_packets: Family<ReasonLabels, Counter>,
     /// UPDATE messages sent.
     pub bgp_updates: Family<PeerLabels, Counter>,
     /// Prefixes the peer holds from us.
@@ -160,6 +163,11 @@ impl Metrics {
             "bfd_downs",
             "BGP sessions closed because BFD went down",
             self.bfd_downs.clone(),
+        );
+        r.register(
+            "bfd_dropped_packets",
+            "BFD packets dropped on receive or not sent, by reason",
+            self.bfd_dropped_packets.clone(),
         );
         r.register(
             "bgp_updates",

@@ -13,6 +13,7 @@
 //! what changed since the previous call.
 
 pub mod metrics;
+pub mod sessions;
 pub mod snapshot;
 pub mod status;
 
@@ -92,6 +93,11 @@ pub struct Speaker {
     live: BTreeSet<String>,
     status: Arc<StatusQueue>,
     events: Arc<EventQueue>,
+    /// The `BGPPeer`s selecting this node that are configured in part or not at all.
+    peer_errors: Vec<snapshot::PeerConfigError>,
+    node_uid: Option<String>,
+    session_states: sessions::SessionStates,
+    session_report: tokio::sync::watch::Sender<Option<Arc<sessions::Report>>>,
 }
 
 impl Speaker {
@@ -127,7 +133,18 @@ impl Speaker {
             live: BTreeSet::new(),
             status,
             events,
+            peer_errors: Vec::new(),
+            node_uid: None,
+            session_states: sessions::SessionStates::default(),
+            session_report: tokio::sync::watch::Sender::new(None),
         }
+    }
+
+    /// What this node's `BGPSessionState` objects should say, for
+    /// [`sessions::SessionStateWriter`]; refreshed by every [`Speaker::tick`] (`None` until
+    /// the first).
+    pub fn session_report(&self) -> tokio::sync::watch::Receiver<Option<Arc<sessions::Report>>> {
+        self.session_report.subscribe()
     }
 
     /// The addresses this node was elected for but cannot answer for (to publish over gossip).
@@ -396,6 +413,8 @@ impl Speaker {
                     })
                     .inc();
             }
+            self.peer_errors = errors;
+            self.node_uid = cluster.this_node_uid().map(str::to_owned);
             if peers != self.peers {
                 info!(peers = peers.len(), "BGP peers changed");
                 bgp.set_peers(peers.clone());
@@ -524,6 +543,23 @@ impl Speaker {
     fn export_sessions(&mut self) {
         let Some(bgp) = &self.bgp else { return };
         let states = bgp.session_states();
+        let report = sessions::Report {
+            node_uid: self.node_uid.clone(),
+            states: self.session_states.desired(
+                std::time::SystemTime::now(),
+                &self.settings.node,
+                &self.peers,
+                &states,
+                &self.peer_errors,
+            ),
+        };
+        self.session_report.send_if_modified(|r| {
+            let changed = r.as_deref() != Some(&report);
+            if changed {
+                *r = Some(Arc::new(report));
+            }
+            changed
+        });
         let now: BTreeSet<String> = states.iter().map(|(PeerId(p), _)| p.clone()).collect();
         for gone in self.exported_peers.difference(&now) {
             let labels = PeerLabels { peer: gone.clone() };
@@ -532,6 +568,12 @@ impl Speaker {
             self.metrics.bfd_session_up.remove(&labels);
         }
         self.exported_peers = now;
+        for (reason, n) in bgp.bfd_drops() {
+            let labels = ReasonLabels {
+                reason: reason.into(),
+            };
+            advance(&self.metrics.bfd_dropped_packets.get_or_create(&labels), n);
+        }
         for (PeerId(peer), st) in states {
             let labels = PeerLabels { peer: peer.clone() };
             self.metrics

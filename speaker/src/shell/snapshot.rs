@@ -60,6 +60,16 @@ pub enum PeerConfigError {
 }
 
 impl PeerConfigError {
+    /// The `BGPPeer` concerned.
+    pub fn peer(&self) -> &str {
+        match self {
+            PeerConfigError::BadAddress { peer, .. }
+            | PeerConfigError::BadDuration { peer, .. }
+            | PeerConfigError::MissingSecret { peer, .. }
+            | PeerConfigError::MissingBfdProfile { peer, .. } => peer,
+        }
+    }
+
     /// Whether the peer is still configured (only part of its configuration is left out).
     pub fn keeps_the_peer(&self) -> bool {
         matches!(self, PeerConfigError::MissingBfdProfile { .. })
@@ -207,7 +217,13 @@ pub fn secret_bytes(secrets: &[Secret], name: &str, key: &str) -> Option<Vec<u8>
 /// The name of a per-node status object for a Service: `<service>.<namespace>.<node>`,
 /// shortened with a hash when it would pass the 253-character limit.
 pub fn status_object_name(namespace: &str, service: &str, node: &str) -> String {
-    let full = format!("{service}.{namespace}.{node}");
+    object_name(&[service, namespace, node])
+}
+
+/// `parts` joined with dots, shortened with a hash when the name would pass the
+/// 253-character limit of an object name.
+pub fn object_name(parts: &[&str]) -> String {
+    let full = parts.join(".");
     if full.len() <= 253 {
         return full;
     }

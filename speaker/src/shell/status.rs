@@ -211,7 +211,7 @@ impl StatusQueue {
 
 /// What the task believes exists, by object name: a fingerprint of each object's status
 /// (`None`: no status yet), not the status itself (one per Service this node announces).
-struct Written<K: StatusKind> {
+pub(crate) struct Written<K: StatusKind> {
     api: Api<K>,
     objects: Mutex<HashMap<String, Option<u64>>>,
 }
@@ -225,7 +225,8 @@ fn fingerprint<P: Serialize>(payload: &P) -> u64 {
 }
 
 impl<K: StatusKind> Written<K> {
-    async fn load(api: Api<K>, node: &str) -> Result<Self, kube::Error> {
+    /// Lists this node's objects (by [`names::STATUS_NODE_LABEL`]).
+    pub(crate) async fn load(api: Api<K>, node: &str) -> Result<Self, kube::Error> {
         let selector = format!("{}={node}", names::STATUS_NODE_LABEL);
         // In pages: a node announcing 10,000 Services has as many objects.
         let mut params = ListParams::default().labels(&selector).limit(LOAD_PAGE);
@@ -248,6 +249,12 @@ impl<K: StatusKind> Written<K> {
         })
     }
 
+    /// The names of the objects believed to exist.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let objects = self.objects.lock().expect("written lock");
+        objects.keys().cloned().collect()
+    }
+
     fn current(&self, name: &str) -> Option<Option<u64>> {
         self.objects
             .lock()
@@ -264,12 +271,11 @@ impl<K: StatusKind> Written<K> {
         };
     }
 
-    /// Makes object `name` say `desired` (`None`: absent).
-    async fn write(
+    /// Makes object `name` say `desired` (`None`: absent); `meta` is the metadata of the
+    /// object when it must be created.
+    pub(crate) async fn write(
         &self,
-        namespace: &str,
-        key: &ServiceKey,
-        node: &str,
+        meta: impl FnOnce() -> ObjectMeta,
         name: &str,
         desired: Option<&K::Payload>,
     ) -> Result<(), kube::Error> {
@@ -290,15 +296,9 @@ impl<K: StatusKind> Written<K> {
             (Some(Some(now)), Some(want)) if now == fingerprint(want) => Ok(()),
             (current, Some(want)) => {
                 if current.is_none() {
-                    let meta = ObjectMeta {
-                        name: Some(name.to_owned()),
-                        namespace: Some(namespace.to_owned()),
-                        labels: Some(status_labels(&key.namespace, &key.name, node)),
-                        ..Default::default()
-                    };
                     match self
                         .api
-                        .create(&PostParams::default(), &K::empty(meta))
+                        .create(&PostParams::default(), &K::empty(meta()))
                         .await
                     {
                         Ok(_) => {}
@@ -434,23 +434,21 @@ impl StatusWriter {
         desired: &Desired,
     ) -> Result<(), kube::Error> {
         let name = status_object_name(&key.namespace, &key.name, &self.node);
+        let meta = || ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(status_labels(&key.namespace, &key.name, &self.node)),
+            ..Default::default()
+        };
         if self.l2 {
             let takeover = l2.current(&name).is_none() && desired.l2.is_some();
-            l2.write(&self.namespace, key, &self.node, &name, desired.l2.as_ref())
-                .await?;
+            l2.write(meta, &name, desired.l2.as_ref()).await?;
             if takeover {
                 self.remove_dead_owners(key).await?;
             }
         }
         if self.bgp {
-            bgp.write(
-                &self.namespace,
-                key,
-                &self.node,
-                &name,
-                desired.bgp.as_ref(),
-            )
-            .await?;
+            bgp.write(meta, &name, desired.bgp.as_ref()).await?;
         }
         Ok(())
     }

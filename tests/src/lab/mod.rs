@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrolb_api::v1beta1::{ServiceBGPStatus, ServiceL2Status};
+use ferrolb_api::v1beta1::{BGPSessionStateStatus, ServiceBGPStatus, ServiceL2Status};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
@@ -482,6 +482,23 @@ impl Lab {
                 .map(|s| (s.service_name, s.node, s.peers))
                 .collect();
             out.sort();
+            Ok(out)
+        })
+    }
+
+    /// The speakers' `BGPSessionState` objects: `(object name, status)`, sorted by name.
+    pub fn bgp_sessions(&self) -> Result<Vec<(String, BGPSessionStateStatus)>> {
+        let client = self.client();
+        self.block(async move {
+            let list = Api::<ferrolb_api::v1beta1::BGPSessionState>::namespaced(client, INSTALL_NS)
+                .list(&ListParams::default())
+                .await?;
+            let mut out: Vec<_> = list
+                .items
+                .into_iter()
+                .filter_map(|o| Some((o.metadata.name?, o.status?)))
+                .collect();
+            out.sort_by(|a, b| a.0.cmp(&b.0));
             Ok(out)
         })
     }

@@ -34,6 +34,7 @@ impl RouterKind {
             RouterKind::Frr => &[
                 ("/usr/lib/frr/zebra", "frr"),
                 ("/usr/lib/frr/bgpd", "frr"),
+                ("/usr/lib/frr/bfdd", "frr"),
                 ("vtysh", "frr"),
             ],
         }
@@ -115,6 +116,8 @@ impl Router {
                     .map_err(|e| io("writing zebra.conf", e))?;
                 let bconf = dir.join("bgpd.conf");
                 std::fs::write(&bconf, frr_config()).map_err(|e| io("writing bgpd.conf", e))?;
+                let fconf = dir.join("bfdd.conf");
+                std::fs::write(&fconf, FRR_BFD_CONFIG).map_err(|e| io("writing bfdd.conf", e))?;
                 crate::netns::must(&["chown", "-R", "frr:frr", &dir.display().to_string()])?;
                 let zsock = dir.join("zserv.api");
                 let common = |conf: &Path, pid: &str| -> Vec<std::ffi::OsString> {
@@ -135,6 +138,11 @@ impl Router {
                 zebra.extend(common(&zconf, "zebra.pid"));
                 daemons.push(ns.spawn(&zebra, &dir.join("zebra.log"))?);
                 wait_for_file(&zsock, 5000);
+                // bfdd serves bgpd's `neighbor ... bfd` through zebra.
+                let mut bfdd: Vec<std::ffi::OsString> = vec!["/usr/lib/frr/bfdd".into()];
+                bfdd.extend(common(&fconf, "bfdd.pid"));
+                bfdd.extend(["--bfdctl".into(), dir.join("bfdd.sock").into()]);
+                daemons.push(ns.spawn(&bfdd, &dir.join("bfdd.log"))?);
                 let mut bgpd: Vec<std::ffi::OsString> = vec!["/usr/lib/frr/bgpd".into()];
                 bgpd.extend(common(&bconf, "bgpd.pid"));
                 bgpd.extend([
@@ -335,9 +343,14 @@ fn bird_config() -> String {
          protocol device {{ }}\n\
          protocol kernel k4 {{ ipv4 {{ export all; }}; merge paths on; }}\n\
          protocol kernel k6 {{ ipv6 {{ export all; }}; merge paths on; }}\n\
+         # BFD as the lab's BFDProfile `lab-bfd` asks: 300 ms x 3.\n\
+         protocol bfd {{ interface \"*\" {{ interval 300 ms; multiplier 3; }}; }}\n\
+         # RFC 8326: a route a leaving node marks GRACEFUL_SHUTDOWN is the least preferred.\n\
+         filter node_in {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}\n\
          template bgp node {{\n  local {rid} as {ROUTER_ASN};\n  passive on;\n  \
-         error wait time 1, 5;\n  \
-         ipv4 {{ import all; export none; }};\n  ipv6 {{ import all; export none; }};\n}}\n",
+         error wait time 1, 5;\n  bfd on;\n  \
+         ipv4 {{ import filter node_in; export none; }};\n  \
+         ipv6 {{ import filter node_in; export none; }};\n}}\n",
         rid = RouterAddrs::SEGMENT_V4,
     );
     for (i, name) in NODE_NAMES.iter().enumerate() {
@@ -350,6 +363,10 @@ fn bird_config() -> String {
     c
 }
 
+/// bfdd's profile for the nodes: 300 ms x 3, as the lab's BFDProfile `lab-bfd` asks.
+const FRR_BFD_CONFIG: &str = "hostname lab-router\nbfd\n profile lab\n  receive-interval 300\n  \
+                              transmit-interval 300\n  detect-multiplier 3\n exit\nexit\n";
+
 fn frr_config() -> String {
     let mut c = format!(
         "! FerroLB lab router: learns the Service routes from every node, installs them.\n\
@@ -361,7 +378,8 @@ fn frr_config() -> String {
     for i in 0..NODE_NAMES.len() {
         let n = node_v4(i);
         c.push_str(&format!(
-            " neighbor {n} remote-as {NODE_ASN}\n neighbor {n} passive\n"
+            " neighbor {n} remote-as {NODE_ASN}\n neighbor {n} passive\n \
+             neighbor {n} bfd profile lab\n"
         ));
     }
     for afi in ["ipv4", "ipv6"] {

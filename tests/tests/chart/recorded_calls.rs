@@ -647,6 +647,18 @@ impl SpeakerScene {
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
+    /// Deletes the BGPPeer: the speaker deletes its BGPSessionState.
+    fn delete_peer(&self) {
+        let client = self.client();
+        self.block(async move {
+            let resource = dynamic("ferrolb.io", "BGPPeer", "bgppeers");
+            let api: Api<DynamicObject> = Api::namespaced_with(client, NAMESPACE, &resource);
+            api.delete("router", &Default::default())
+                .await
+                .expect("the BGPPeer is deleted");
+        });
+    }
+
     /// Marks the Service's only endpoint ready or not: the speaker stops or starts announcing.
     fn endpoint_ready(&self, ready: bool) {
         let client = self.client();
@@ -733,6 +745,8 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
         call("ferrolb.io", &format!("{l2}/status"), "patch"),
         call("ferrolb.io", bgp, "create"),
         call("ferrolb.io", &format!("{bgp}/status"), "patch"),
+        call("ferrolb.io", "bgpsessionstates", "create"),
+        call("ferrolb.io", "bgpsessionstates/status", "patch"),
         call("events.k8s.io", "events", "create"),
     ]
     .into();
@@ -755,6 +769,8 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
     step("withdrawing", &withdrawn);
     // 3. Ready again: it announces again (a new `nodeAssigned` Event).
     scene.endpoint_ready(true);
+    // 4. The BGPPeer goes: so does its BGPSessionState.
+    scene.delete_peer();
     wait_for_calls(&scene.server, account, &provokable);
     drop(speaker);
     assert_calls_match(

@@ -397,6 +397,10 @@ async fn a_single_hop_packet_with_ttl_254_is_dropped_and_counted_in_its_session(
     sender.send_to(&down, "127.0.0.4:3784").unwrap();
     let s = wait_for(&h, Duration::from_secs(3), |s| s.state == State::Init).await;
     assert_eq!(s.packets_received, 1);
+    // The shell's totals (the drop metric) keep the session's drops once it has ended.
+    assert_eq!(shell.drops().get("ttl_not_255"), Some(&1));
+    h.shutdown().await;
+    assert_eq!(shell.drops().get("ttl_not_255"), Some(&1));
 }
 
 #[tokio::test]
