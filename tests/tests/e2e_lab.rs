@@ -474,3 +474,80 @@ fn a_controller_restart_changes_no_address() {
         assert!(s.ingress.iter().all(|(ip, _)| *ip != new));
     }
 }
+
+#[test]
+fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let ip = all_addresses_of(&services, "web-bgp")
+        .into_iter()
+        .find(IpAddr::is_ipv4)
+        .expect("web-bgp has an IPv4 address");
+    let all = [0, 1, 2];
+    lab.wait_for_route(ip, &all, CONVERGE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    lab.wait(CONVERGE, "five answers in a row through the router", || {
+        (0..5)
+            .all(|_| lab.ask_from_remote(ip).is_ok())
+            .then_some(())
+    })
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = lab.ask_from_remote_every(ip, Duration::from_millis(10), stop.clone());
+    let started = std::time::Instant::now();
+    let mut steps = Vec::new();
+    for i in all {
+        // As a DaemonSet rolling update does: SIGTERM (the speaker drains its routes with
+        // GRACEFUL_SHUTDOWN for --bgp-drain-time, 5 s, then withdraws them), a new speaker
+        // once the old one is gone, the next node once the router routes through this one
+        // again.
+        let at = started.elapsed();
+        let exited = lab.stop_speaker(i, Duration::from_secs(30));
+        let gone = started.elapsed();
+        assert!(exited, "the speaker of {} ignored SIGTERM", NODE_NAMES[i]);
+        lab.wait(
+            CONVERGE,
+            "the router to route around the stopped node",
+            || {
+                let routes = lab.router.kernel_routes();
+                let prefix = ferrolb_tests::lab::host_prefix(ip);
+                let route = routes.iter().find(|r| r.prefix == prefix)?;
+                (route.next_hops.len() == 2).then_some(())
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+        lab.start_speaker(i).unwrap();
+        lab.wait_for_route(ip, &all, CONVERGE)
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+        steps.push(format!(
+            "{}: SIGTERM at {:.1} s, exited {:.1} s later, routed through again at {:.1} s",
+            NODE_NAMES[i],
+            at.as_secs_f64(),
+            (gone - at).as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let requests = client.join().unwrap().expect("the client ran");
+    let lost = requests.lost();
+    eprintln!(
+        "rolling restart of 3 speakers: {} requests every 10 ms through the router, {} lost\n{}",
+        requests.results.len(),
+        lost.len(),
+        steps.join("\n")
+    );
+    // The client kept its pace through the whole restart (at least half its 10 ms slots).
+    let slots = started.elapsed().as_millis() / 10;
+    assert!(
+        requests.results.len() as u128 * 2 >= slots,
+        "{} requests in {slots} slots",
+        requests.results.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "lost: {lost:?}\n{}",
+        lab.router.show_routes()
+    );
+}

@@ -39,7 +39,7 @@ use crate::netns::topology::{API_V4, NODE_NAMES, node_v4, node_v6};
 use crate::netns::{self, NetnsError, Process, Topology};
 use crate::realkube::RealKubeConfig;
 pub use router::{Router, RouterKind};
-pub use standin::{NoAnswer, SERVICE_PORT, Watched};
+pub use standin::{NoAnswer, Requests, SERVICE_PORT, Watched};
 
 /// The install namespace used by the lab's manifests.
 pub const INSTALL_NS: &str = "ferrolb-system";
@@ -415,6 +415,29 @@ impl Lab {
         if let Some(p) = self.speakers[i].as_mut() {
             p.kill();
         }
+    }
+
+    /// Stops node `i`'s speaker as a rolling update does: SIGTERM, SIGKILL after `grace` (the
+    /// Pod's termination grace period). Returns whether it exited by itself in time.
+    pub fn stop_speaker(&mut self, i: usize, grace: Duration) -> bool {
+        match self.speakers[i].as_mut() {
+            Some(p) => p.terminate(grace),
+            None => true,
+        }
+    }
+
+    /// Asks `ip` from the client behind the router every `interval` until `stop` is set, on a
+    /// thread of its own; join it for every request's outcome.
+    pub fn ask_from_remote_every(
+        &self,
+        ip: IpAddr,
+        interval: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<Result<standin::Requests, NoAnswer>> {
+        let ns = self.topo.remote.name().to_owned();
+        std::thread::spawn(move || {
+            standin::ask_every(&ns, SocketAddr::new(ip, SERVICE_PORT), interval, stop)
+        })
     }
 
     /// Whether speakers run in this lab.

@@ -130,3 +130,43 @@ pub fn ask_until(
     .ok()
     .flatten()
 }
+
+/// What [`ask_every`] saw: each request's start (from the first) and what it got.
+#[derive(Debug, Clone, Default)]
+pub struct Requests {
+    /// `(start, answer or why none)`, in order.
+    pub results: Vec<(Duration, Result<String, NoAnswer>)>,
+}
+
+impl Requests {
+    /// The requests that got no answer.
+    pub fn lost(&self) -> Vec<&(Duration, Result<String, NoAnswer>)> {
+        self.results.iter().filter(|(_, r)| r.is_err()).collect()
+    }
+}
+
+/// Asks `addr` from `ns` every `interval` (a new connection each time, with a 2 s timeout)
+/// until `stop` is set; returns every request's outcome.
+pub fn ask_every(
+    ns: &str,
+    addr: SocketAddr,
+    interval: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Requests, NoAnswer> {
+    in_namespace(ns, move || {
+        let first = Instant::now();
+        let mut out = Requests::default();
+        let mut next = first;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let started = first.elapsed();
+            out.results
+                .push((started, ask_here(addr, Duration::from_secs(2))));
+            next += interval;
+            if let Some(rest) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(rest);
+            }
+        }
+        out
+    })
+    .map_err(|e| NoAnswer::Namespace(e.to_string()))
+}

@@ -333,6 +333,25 @@ impl Process {
         let _ = self.child.wait();
     }
 
+    /// Stops it as Kubernetes stops a container: SIGTERM, then SIGKILL if it is still running
+    /// after `grace`. Returns whether it exited by itself within `grace`.
+    pub fn terminate(&mut self, grace: std::time::Duration) -> bool {
+        let pid = self.child.id().to_string();
+        if run(&["kill", "-TERM", &pid]).is_err() {
+            self.kill();
+            return false;
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
     /// Whether it is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
