@@ -492,22 +492,8 @@ fn bfd_takes_the_bgp_session_down_within_a_second_of_a_cut_where_the_hold_time_t
         return;
     }
     let mut lab = Lab::new("bird-bfdbgp");
-    let conf = format!(
-        "router id {ROUTER_V4};\nprotocol device {{}}\n\
-         protocol bfd {{ interface \"*\" {{ interval 300 ms; multiplier 3; }}; }}\n\
-         protocol bgp spk {{ local {ROUTER_V4} as {ROUTER_AS}; neighbor {SPEAKER_V4} as {SPEAKER_AS};\n\
-         passive on; direct; bfd on; hold time 9; error wait time 1, 2;\n\
-         ipv4 {{ import all; export none; gateway direct; }};\n\
-         ipv6 {{ import all; export none; gateway direct; }}; }}\n"
-    );
-    lab.spawn_bird(&conf);
-    let mut peer = peer_json(false, None, false);
-    let ms300 = json!({"secs": 0, "nanos": 300_000_000});
-    peer["hold_time"] = json!({"secs": 9, "nanos": 0});
-    peer["bfd"] = json!({
-        "receive_interval": ms300, "transmit_interval": ms300, "detect_multiplier": 3,
-        "passive": false, "minimum_ttl": 254,
-    });
+    start_bird_with_bfd(&mut lab);
+    let peer = bfd_peer(3);
     let mut probe = Probe::start(&lab, &peer);
     probe.send(advertise(&[V4_KEEP]));
     let mut took = Vec::new();
@@ -550,6 +536,80 @@ fn bfd_takes_the_bgp_session_down_within_a_second_of_a_cut_where_the_hold_time_t
         took.iter().all(|t| *t < Duration::from_millis(1500)),
         "{took:?}"
     );
+    probe.shutdown();
+}
+
+/// BIRD passive towards the speaker with `bfd on` (300 ms x 3) and a 9 s hold time.
+fn start_bird_with_bfd(lab: &mut Lab) {
+    let conf = format!(
+        "router id {ROUTER_V4};\nprotocol device {{}}\n\
+         protocol bfd {{ interface \"*\" {{ interval 300 ms; multiplier 3; }}; }}\n\
+         protocol bgp spk {{ local {ROUTER_V4} as {ROUTER_AS}; neighbor {SPEAKER_V4} as {SPEAKER_AS};\n\
+         passive on; direct; bfd on; hold time 9; error wait time 1, 2;\n\
+         ipv4 {{ import all; export none; gateway direct; }};\n\
+         ipv6 {{ import all; export none; gateway direct; }}; }}\n"
+    );
+    lab.spawn_bird(&conf);
+}
+
+/// The speaker's side of [`start_bird_with_bfd`]: BFD at 300 ms with `multiplier`.
+fn bfd_peer(multiplier: u8) -> serde_json::Value {
+    let mut peer = peer_json(false, None, false);
+    let ms300 = json!({"secs": 0, "nanos": 300_000_000});
+    peer["hold_time"] = json!({"secs": 9, "nanos": 0});
+    peer["bfd"] = json!({
+        "receive_interval": ms300, "transmit_interval": ms300, "detect_multiplier": multiplier,
+        "passive": false, "minimum_ttl": 254,
+    });
+    peer
+}
+
+#[test]
+fn a_changed_bfd_profile_applies_to_the_running_session_without_restarting_bgp() {
+    let d = Daemon::Bird;
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new("bird-bfdchg");
+    start_bird_with_bfd(&mut lab);
+    let mut probe = Probe::start(&lab, &bfd_peer(3));
+    probe.send(advertise(&[V4_KEEP]));
+    let detection = |ms: u64| json!({"secs": ms / 1000, "nanos": (ms % 1000) * 1_000_000});
+    let up = probe.wait_for(ESTABLISH, |v| {
+        v["status"]["state"] == "Established"
+            && v["status"]["bfd"] == "Up"
+            && v["status"]["bfd_detection_time"] == detection(900)
+    });
+    assert!(
+        up.is_some(),
+        "Established with BFD Up at 300 ms x 3: {:?}",
+        probe.last
+    );
+    // The peer's detection time is its own multiplier; ours is BIRD's 3 x our new receive
+    // interval. A multiplier of 5 shows at BIRD; a receive interval of 500 ms shows here.
+    let mut slower = bfd_peer(5);
+    slower["bfd"]["receive_interval"] = json!({"secs": 0, "nanos": 500_000_000});
+    probe.send(json!({ "peers": [slower] }));
+    let changed = probe.wait_for(ESTABLISH, |v| {
+        v["status"]["state"] != "Established"
+            || v["status"]["bfd_detection_time"] == detection(1500)
+    });
+    let changed = changed.unwrap_or_else(|| panic!("the new timers: {:?}", probe.last));
+    assert_eq!(changed["status"]["state"], "Established", "{changed}");
+    assert_eq!(changed["status"]["bfd"], "Up", "{changed}");
+    assert_eq!(changed["status"]["established_count"], 1, "{changed}");
+    // Without a profile BFD stops: AdminDown to BIRD, and our side keeps BGP. BIRD 2.0.12,
+    // still configured `bfd on`, does not follow RFC 5882 §3.2 here: it closes the session
+    // (Cease 6/0) and accepts it again without BFD.
+    let mut without = bfd_peer(3);
+    without["bfd"] = serde_json::Value::Null;
+    probe.send(json!({ "peers": [without] }));
+    let again = probe.wait_for(ESTABLISH, |v| {
+        v["status"]["bfd"].is_null() && v["status"]["state"] == "Established"
+    });
+    let again = again.unwrap_or_else(|| panic!("Established without BFD: {:?}", probe.last));
+    assert_eq!(again["status"]["notifications_sent"], json!({}), "{again}");
+    assert_eq!(again["status"]["bfd_downs"], 0, "{again}");
     probe.shutdown();
 }
 

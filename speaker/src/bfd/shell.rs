@@ -361,10 +361,12 @@ impl BfdSessions {
             send_failing: false,
         };
         let (stop_tx, stop_rx) = oneshot::channel();
-        let task = runtime.spawn(driver.run(packets_rx, stop_rx, registration));
+        let (config_tx, config_rx) = watch::channel(peer.config);
+        let task = runtime.spawn(driver.run(packets_rx, stop_rx, config_rx, registration));
         Ok(BfdHandle {
             discriminator: discr,
             status: status_rx,
+            config: config_tx,
             stop: Some(stop_tx),
             task: Some(task),
         })
@@ -399,6 +401,7 @@ impl BfdSessions {
 pub struct BfdHandle {
     discriminator: NonZeroU32,
     status: watch::Receiver<BfdStatus>,
+    config: watch::Sender<SessionConfig>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -412,6 +415,17 @@ impl BfdHandle {
     /// bfd.LocalDiscr of the session.
     pub fn discriminator(&self) -> NonZeroU32 {
         self.discriminator
+    }
+
+    /// Changes the session's timers, multiplier, passive role or minimum TTL while it runs:
+    /// new intervals are agreed with the peer through a Poll Sequence (RFC 5880 §6.8.3), and
+    /// the session stays Up meanwhile.
+    pub fn set_config(&self, config: SessionConfig) {
+        self.config.send_if_modified(|c| {
+            let changed = *c != config;
+            *c = config;
+            changed
+        });
     }
 
     /// Disables the session (AdminDown, diag 7), sends that to the peer and waits until the task
@@ -466,13 +480,26 @@ impl Driver {
         mut self,
         mut packets: mpsc::Receiver<ControlPacket>,
         mut stop: oneshot::Receiver<()>,
-        _registration: Registration,
+        mut config: watch::Receiver<SessionConfig>,
+        registration: Registration,
     ) {
         loop {
             let wake = self.session.next_wakeup();
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
+                Ok(()) = config.changed() => {
+                    let c = config.borrow_and_update().clone();
+                    registration
+                        .shared
+                        .lock()
+                        .demux
+                        .set_minimum_ttl(registration.discr, c.minimum_ttl);
+                    tracing::info!(peer = %self.peer.peer, local = %self.peer.local, config = ?c, "BFD session reconfigured");
+                    self.session.set_config(c);
+                    let outputs = self.session.poll(Instant::now());
+                    self.apply(outputs, 0).await;
+                }
                 Some(packet) = packets.recv() => {
                     let outputs = self.session.receive(&packet, Instant::now());
                     self.apply(outputs, 1).await;

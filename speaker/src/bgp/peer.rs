@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::config::{Advertisement, PeerConfig};
+use super::config::{Advertisement, BfdSettings, PeerConfig};
 use super::error::{CeaseReason, Notification};
 use super::fsm::{Event, Input, Output, Session, State, Timer};
 use super::socket;
@@ -168,6 +168,10 @@ pub(crate) struct PeerTask {
     bfd_was_up: bool,
     /// When the connection attempt under way started.
     connect_started: Option<Instant>,
+    /// The BFD settings in force (they change without a restart of the task).
+    bfd_settings: Option<BfdSettings>,
+    /// The local address of the current or last connection (BFD runs from it).
+    bfd_local: Option<std::net::IpAddr>,
 }
 
 async fn bfd_changed(bfd: &mut Option<(BfdHandle, watch::Receiver<BfdStatus>)>) -> BfdStatus {
@@ -208,9 +212,11 @@ impl PeerTask {
         config: PeerConfig,
         mut advertisements: watch::Receiver<Arc<Vec<Advertisement>>>,
         mut stop: watch::Receiver<Option<CeaseReason>>,
+        mut bfd_config: watch::Receiver<Option<BfdSettings>>,
         status: watch::Sender<PeerStatus>,
         bfd_sessions: BfdSessions,
     ) {
+        let bfd_settings = *bfd_config.borrow_and_update();
         let mut task = PeerTask {
             session: Session::new(config),
             reader: None,
@@ -223,6 +229,8 @@ impl PeerTask {
             bfd: None,
             bfd_was_up: false,
             connect_started: None,
+            bfd_settings,
+            bfd_local: None,
         };
         let initial = advertisements.borrow_and_update().as_ref().clone();
         task.pending.push_back(Input::SetAdvertisements(initial));
@@ -251,6 +259,11 @@ impl PeerTask {
                         handle.shutdown().await;
                     }
                     return;
+                }
+                Ok(()) = bfd_config.changed() => {
+                    let settings = *bfd_config.borrow_and_update();
+                    task.reconfigure_bfd(settings).await;
+                    continue;
                 }
                 st = bfd_changed(&mut task.bfd) => {
                     if task.bfd_event(&st) {
@@ -308,10 +321,45 @@ impl PeerTask {
         std::net::SocketAddr::new(c.peer_address, c.peer_port)
     }
 
+    /// Applies new BFD settings without touching the BGP session: new timers go to the
+    /// running BFD session (agreed through a Poll Sequence), BFD starts (when connected) or
+    /// stops (AdminDown to the peer).
+    async fn reconfigure_bfd(&mut self, settings: Option<BfdSettings>) {
+        self.bfd_settings = settings;
+        let peer = self.session.config().id.clone();
+        match (settings, self.bfd.as_ref()) {
+            (Some(s), Some((handle, _))) => {
+                tracing::info!(%peer, "BFD profile changed: new timers for the running session");
+                handle.set_config(s.session_config());
+            }
+            (Some(_), None) => {
+                let connected = self.reader.is_some() || self.writer.is_some();
+                if let (true, Some(local)) = (connected, self.bfd_local) {
+                    self.start_bfd(local);
+                }
+            }
+            (None, Some(_)) => {
+                tracing::info!(%peer, "BFD profile removed: BFD stops, the BGP session stays");
+                if let Some((handle, _)) = self.bfd.take() {
+                    handle.shutdown().await;
+                }
+                self.bfd_was_up = false;
+                self.status.send_modify(|s| {
+                    s.bfd = None;
+                    s.bfd_detection_time = None;
+                });
+            }
+            (None, None) => {}
+        }
+    }
+
     /// Starts the BFD session with the peer from `local`, once, when BFD is configured.
     fn start_bfd(&mut self, local: std::net::IpAddr) {
+        self.bfd_local = Some(local);
         let config = self.session.config();
-        let Some(settings) = config.bfd else { return };
+        let Some(settings) = self.bfd_settings else {
+            return;
+        };
         if self.bfd.is_some() {
             return;
         }

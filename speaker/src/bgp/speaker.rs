@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::config::{Advertisement, Community, PeerConfig, PeerId};
+use super::config::{Advertisement, BfdSettings, Community, PeerConfig, PeerId};
 use super::error::CeaseReason;
 use super::peer::{PeerStatus, PeerTask};
 
@@ -32,6 +32,8 @@ pub fn draining(advertisements: &[Advertisement]) -> Vec<Advertisement> {
 struct PeerHandle {
     config: PeerConfig,
     stop: watch::Sender<Option<CeaseReason>>,
+    /// The BFD settings, changed in place: a new BFD profile does not restart the session.
+    bfd: watch::Sender<Option<BfdSettings>>,
     status: watch::Receiver<PeerStatus>,
     task: JoinHandle<()>,
 }
@@ -67,15 +69,31 @@ impl BgpSpeaker {
     }
 
     /// Makes the configured peers exactly `peers`: new ones start, removed ones end with Cease
-    /// "peer de-configured", changed ones restart with Cease "other configuration change".
-    /// Must be called within a tokio runtime.
+    /// "peer de-configured", changed ones restart with Cease "other configuration change";
+    /// a change of the BFD settings alone is applied to the running session (BFD is started,
+    /// stopped or given its new timers; BGP stays up). Must be called within a tokio runtime.
     pub fn set_peers(&self, peers: Vec<PeerConfig>) {
         let mut inner = self.lock();
         let wanted: HashMap<PeerId, PeerConfig> =
             peers.into_iter().map(|p| (p.id.clone(), p)).collect();
         let current: Vec<PeerId> = inner.peers.keys().cloned().collect();
         for id in current {
-            let keep = wanted.get(&id) == inner.peers.get(&id).map(|h| &h.config);
+            let (Some(want), Some(h)) = (wanted.get(&id), inner.peers.get_mut(&id)) else {
+                if let Some(h) = inner.peers.remove(&id) {
+                    let _ = h.stop.send(Some(CeaseReason::PeerDeconfigured));
+                }
+                continue;
+            };
+            let keep = *want == h.config;
+            let bfd_only = PeerConfig {
+                bfd: want.bfd,
+                ..h.config.clone()
+            } == *want;
+            if !keep && bfd_only {
+                h.config = want.clone();
+                h.bfd.send_replace(want.bfd);
+                continue;
+            }
             if !keep && let Some(h) = inner.peers.remove(&id) {
                 let reason = if wanted.contains_key(&id) {
                     CeaseReason::OtherConfigurationChange
@@ -95,11 +113,13 @@ impl BgpSpeaker {
                 .or_insert_with(|| watch::channel(Arc::new(Vec::new())).0)
                 .subscribe();
             let (stop, stop_rx) = watch::channel(None);
+            let (bfd, bfd_rx) = watch::channel(config.bfd);
             let (status_tx, status) = watch::channel(PeerStatus::default());
             let task = tokio::spawn(PeerTask::run(
                 config.clone(),
                 advs,
                 stop_rx,
+                bfd_rx,
                 status_tx,
                 inner.bfd.clone(),
             ));
@@ -108,6 +128,7 @@ impl BgpSpeaker {
                 PeerHandle {
                     config,
                     stop,
+                    bfd,
                     status,
                     task,
                 },

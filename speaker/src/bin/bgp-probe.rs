@@ -4,7 +4,9 @@
 //! Usage: `bgp-probe '<PeerConfig JSON>'...`. Then reads commands from stdin, one per line:
 //! `{"advertise": {"peer": "<id>", "advertisements": [<Advertisement>...]}}`,
 //! `{"hosts": {"peer": "<id>", "base": "10.99.128.0", "count": 100000}}` (that many /32s),
-//! `"drain"` (announce every route again with GRACEFUL_SHUTDOWN, RFC 8326) or `"shutdown"`. Prints each status change as one JSON line:
+//! `{"peers": [<PeerConfig>...]}` (the configured peers from now on), `"drain"` (announce every
+//! route again with GRACEFUL_SHUTDOWN, RFC 8326) or `"shutdown"`. Prints each status change as
+//! one JSON line:
 //! `{"peer": "<id>", "status": <PeerStatus>, "elapsed_ms": <since start>}`.
 
 use std::collections::BTreeMap;
@@ -29,6 +31,8 @@ enum Command {
         base: Ipv4Addr,
         count: u32,
     },
+    /// Replaces the configured peers (`BgpSpeaker::set_peers`).
+    Peers(Vec<PeerConfig>),
     Drain,
     Shutdown,
 }
@@ -78,6 +82,7 @@ async fn main() -> Result<()> {
                         .collect();
                     speaker.set_advertisements(&peer, advs);
                 }
+                Command::Peers(peers) => speaker.set_peers(peers),
                 Command::Drain => speaker.drain(Duration::from_secs(5)).await,
                 Command::Shutdown => {
                     speaker.shutdown().await;

@@ -150,6 +150,13 @@ impl Demux {
         }
     }
 
+    /// Changes the lowest TTL accepted for session `discr` (its profile changed).
+    pub fn set_minimum_ttl(&mut self, discr: NonZeroU32, minimum_ttl: u8) {
+        if let Some(entry) = self.by_discr.get_mut(&discr) {
+            entry.minimum_ttl = minimum_ttl;
+        }
+    }
+
     /// Whether a session with these addresses exists.
     pub fn contains(&self, key: &SessionKey) -> bool {
         self.by_key.contains_key(key)
