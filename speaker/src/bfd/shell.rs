@@ -489,7 +489,7 @@ impl Driver {
                 biased;
                 _ = &mut stop => break,
                 Ok(()) = config.changed() => {
-                    let c = config.borrow_and_update().clone();
+                    let c = *config.borrow_and_update();
                     registration
                         .shared
                         .lock()
