@@ -152,7 +152,7 @@ fn bgp_advertisement_references_to_peers_and_aliases_must_resolve() {
         metadata: meta("tor", 0),
         spec: BGPPeerSpec {
             my_asn: 64512,
-            peer_asn: 64513,
+            peer_asn: Some(64513),
             peer_address: "10.99.0.1".into(),
             peer_port: 179,
             hold_time: "90s".into(),
@@ -254,7 +254,7 @@ fn peer(spec: BGPPeerSpec) -> BGPPeer {
         metadata: meta("tor", 0),
         spec: BGPPeerSpec {
             my_asn: 64512,
-            peer_asn: 64513,
+            peer_asn: Some(64513),
             peer_address: "10.0.0.1".into(),
             hold_time,
             ..spec

@@ -613,6 +613,44 @@ fn a_changed_bfd_profile_applies_to_the_running_session_without_restarting_bgp()
     probe.shutdown();
 }
 
+/// `dynamicASN: external`: the router's AS is taken from its OPEN, and the session is eBGP.
+fn dynamic_external_asn(d: Daemon, name: &str) {
+    if skip(d) {
+        return;
+    }
+    let mut lab = Lab::new(name);
+    d.start(
+        &mut lab,
+        &Session {
+            ibgp: false,
+            password: None,
+            graceful_restart: false,
+        },
+    );
+    let mut peer = peer_json(false, None, false);
+    peer["peer_asn"] = json!(0);
+    peer["peer_asn_external"] = json!(true);
+    let mut probe = Probe::start(&lab, &peer);
+    probe.send(advertise(&[V4_KEEP]));
+    assert!(
+        probe.wait_state("Established", ESTABLISH).is_some(),
+        "{:?}",
+        probe.last
+    );
+    assert!(eventually(CONVERGE, || d.route(&lab, V4_KEEP).is_some()));
+    probe.shutdown();
+}
+
+#[test]
+fn bird_comes_up_with_a_dynamic_external_asn() {
+    dynamic_external_asn(Daemon::Bird, "bird-dynasn");
+}
+
+#[test]
+fn frr_comes_up_with_a_dynamic_external_asn() {
+    dynamic_external_asn(Daemon::Frr, "frr-dynasn");
+}
+
 /// A NOTIFICATION from the router is kept as the last one received, in words, and is the
 /// session's last error.
 fn notification_from_the_router(d: Daemon, name: &str) {

@@ -339,6 +339,31 @@ fn an_open_from_an_unexpected_as_is_rejected_with_bad_peer_as() {
 }
 
 #[test]
+fn dynamic_external_asn_accepts_any_other_as_and_is_ebgp() {
+    for asn in [65000, 4_200_000_002] {
+        let mut cfg = config();
+        cfg.peer_asn_external = true;
+        assert!(!cfg.is_ibgp() && cfg.ttl() == 1);
+        let mut h = Harness::new(cfg);
+        h.connected();
+        h.feed(Input::Received(peer_open(asn, 90, full_caps(asn))));
+        assert_eq!(h.s.state(), State::OpenConfirm, "AS {asn}");
+    }
+}
+
+#[test]
+fn dynamic_external_asn_refuses_a_peer_in_our_own_as_with_bad_peer_as() {
+    let mut cfg = config();
+    cfg.peer_asn_external = true;
+    let mut h = Harness::new(cfg);
+    h.connected();
+    let out = h.feed(Input::Received(peer_open(OUR_AS, 90, full_caps(OUR_AS))));
+    assert_eq!(h.s.state(), State::Idle);
+    let n = notification(&out).unwrap();
+    assert_eq!((n.code, n.subcode), (2, 2));
+}
+
+#[test]
 fn the_four_octet_capability_decides_the_peer_as() {
     let mut cfg = config();
     cfg.peer_asn = 4_200_000_002;

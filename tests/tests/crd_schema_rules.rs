@@ -368,6 +368,34 @@ async fn peer_cel_rules_are_enforced_by_the_api_server() {
 }
 
 #[tokio::test]
+async fn a_peer_has_either_a_peer_asn_or_a_dynamic_asn_of_internal_or_external() {
+    let (c, ns) = cluster().await;
+    for kind in ["internal", "external"] {
+        let mut spec = peer(json!({"dynamicASN": kind}));
+        spec.as_object_mut().unwrap().remove("peerASN");
+        accepted(&create(&c, &ns, "bgppeers", "BGPPeer", kind, spec).await);
+    }
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "both",
+            peer(json!({"dynamicASN": "external"})),
+        )
+        .await,
+        "set peerASN, or dynamicASN",
+    );
+    let mut other = peer(json!({"dynamicASN": "sideways"}));
+    other.as_object_mut().unwrap().remove("peerASN");
+    refused(
+        &create(&c, &ns, "bgppeers", "BGPPeer", "other", other).await,
+        "spec.dynamicASN",
+    );
+}
+
+#[tokio::test]
 async fn community_aliases_have_a_name_and_a_value() {
     let (c, ns) = cluster().await;
     accepted(

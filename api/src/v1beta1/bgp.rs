@@ -150,6 +150,8 @@ pub struct SecretRef {
     .message("holdTime must be 0s (no keepalives) or at least 3s (RFC 4271 §4.2)").field_path(".holdTime"))]
 #[x_kube(validation = Rule::new(KEEPALIVE_RULE)
     .message("keepaliveTime must not be above holdTime").field_path(".keepaliveTime"))]
+#[x_kube(validation = Rule::new("has(self.peerASN) != has(self.dynamicASN)")
+    .message("set peerASN, or dynamicASN (internal or external), not both").field_path(".peerASN"))]
 #[x_kube(validation = Rule::new("!(has(self.password) && has(self.passwordSecret))")
     .message("set password or passwordSecret, not both").field_path(".passwordSecret"))]
 #[x_kube(validation = Rule::new("!has(self.sourceAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()")
@@ -160,10 +162,19 @@ pub struct BGPPeerSpec {
     #[serde(rename = "myASN")]
     #[schemars(range(min = 1, max = 4294967295u32))]
     pub my_asn: u32,
-    /// The router's AS number (equal to `myASN` for iBGP).
-    #[serde(rename = "peerASN")]
+    /// The router's AS number (equal to `myASN` for iBGP). Exactly one of this and
+    /// `dynamicASN` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "peerASN")]
     #[schemars(range(min = 1, max = 4294967295u32))]
-    pub peer_asn: u32,
+    pub peer_asn: Option<u32>,
+    /// The router's AS number found from its OPEN instead of configured (MetalLB's field):
+    /// `internal` is `myASN` (iBGP), `external` any other (eBGP).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "dynamicASN"
+    )]
+    pub dynamic_asn: Option<DynamicAsn>,
     /// The router's address.
     #[x_kube(validation = Rule::new("isIP(self)").message("peerAddress must be an IPv4 or IPv6 address"))]
     pub peer_address: String,
@@ -213,6 +224,16 @@ pub struct BGPPeerSpec {
     /// say so (log, `ferrolb_config_errors_total`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bfd_profile: Option<String>,
+}
+
+/// `BGPPeer.spec.dynamicASN`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DynamicAsn {
+    /// The peer is in our AS (iBGP).
+    Internal,
+    /// The peer is in any other AS (eBGP).
+    External,
 }
 
 fn default_peer_port() -> u16 {

@@ -30,8 +30,12 @@ pub struct PeerConfig {
     pub id: PeerId,
     /// Our AS number.
     pub my_asn: u32,
-    /// The AS number the peer must announce in its OPEN.
+    /// The AS number the peer must announce in its OPEN (unless `peer_asn_external`).
     pub peer_asn: u32,
+    /// Accept any AS number other than ours (`dynamicASN: external`): the session is eBGP with
+    /// whatever AS the peer's OPEN announces.
+    #[serde(default)]
+    pub peer_asn_external: bool,
     /// Where we connect to.
     pub peer_address: IpAddr,
     /// TCP port of the peer (179 by default).
@@ -122,6 +126,7 @@ impl PeerConfig {
             id: PeerId(id.to_owned()),
             my_asn,
             peer_asn,
+            peer_asn_external: false,
             peer_address,
             peer_port: 179,
             source_address: None,
@@ -140,7 +145,7 @@ impl PeerConfig {
 
     /// Whether the peer is in our AS.
     pub fn is_ibgp(&self) -> bool {
-        self.my_asn == self.peer_asn
+        !self.peer_asn_external && self.my_asn == self.peer_asn
     }
 
     /// The IP TTL of the session: 255 for iBGP and multi-hop eBGP, 1 for directly connected eBGP.

@@ -171,6 +171,12 @@ pub enum SessionError {
         /// AS from our configuration.
         expected: u32,
     },
+    /// `dynamicASN: external`, but the peer announced our own AS (2/2).
+    #[error("peer announced AS {received}, ours; dynamicASN external wants another")]
+    PeerAsNotExternal {
+        /// AS from the OPEN.
+        received: u32,
+    },
     /// BGP identifier 0, or equal to ours on an iBGP session (2/3).
     #[error("bad BGP identifier")]
     BadBgpId,
@@ -241,7 +247,7 @@ impl SessionError {
             BadType { message_type } => (code::HEADER, 3, vec![*message_type]),
             MalformedOpen => (code::OPEN, 0, vec![]),
             UnsupportedVersion { .. } => (code::OPEN, 1, 4u16.to_be_bytes().to_vec()),
-            BadPeerAs { .. } => (code::OPEN, 2, vec![]),
+            BadPeerAs { .. } | PeerAsNotExternal { .. } => (code::OPEN, 2, vec![]),
             BadBgpId => (code::OPEN, 3, vec![]),
             UnsupportedOptionalParameter { .. } => (code::OPEN, 4, vec![]),
             UnacceptableHoldTime { hold_time } => (code::OPEN, 6, hold_time.to_be_bytes().to_vec()),
@@ -275,7 +281,7 @@ impl SessionError {
             BadLength { .. } => "bad_length",
             BadType { .. } => "bad_type",
             UnsupportedVersion { .. } => "unsupported_version",
-            BadPeerAs { .. } => "bad_peer_as",
+            BadPeerAs { .. } | PeerAsNotExternal { .. } => "bad_peer_as",
             BadBgpId => "bad_bgp_id",
             UnsupportedOptionalParameter { .. } => "unsupported_optional_parameter",
             UnacceptableHoldTime { .. } => "unacceptable_hold_time",

@@ -544,7 +544,11 @@ impl Session {
     /// Checks the peer's OPEN against our configuration (RFC 4271 §6.2) and negotiates.
     fn accept_open(&self, open: &Open) -> Result<Negotiated, SessionError> {
         let peer_as = open.asn();
-        if peer_as != self.config.peer_asn {
+        if self.config.peer_asn_external {
+            if peer_as == self.config.my_asn {
+                return Err(SessionError::PeerAsNotExternal { received: peer_as });
+            }
+        } else if peer_as != self.config.peer_asn {
             return Err(SessionError::BadPeerAs {
                 received: peer_as,
                 expected: self.config.peer_asn,

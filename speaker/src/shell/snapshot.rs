@@ -47,6 +47,12 @@ pub enum PeerConfigError {
         /// The Secret.
         secret: String,
     },
+    /// Neither `peerASN` nor `dynamicASN` is set (the schema normally refuses this).
+    #[error("BGPPeer `{peer}`: set peerASN or dynamicASN")]
+    NoPeerAsn {
+        /// The peer.
+        peer: String,
+    },
     /// `bfdProfile` names no `BFDProfile`: the session runs without BFD.
     #[error(
         "BGPPeer `{peer}`: BFDProfile `{profile}` not found in the install namespace; the session runs without BFD"
@@ -66,6 +72,7 @@ impl PeerConfigError {
             PeerConfigError::BadAddress { peer, .. }
             | PeerConfigError::BadDuration { peer, .. }
             | PeerConfigError::MissingSecret { peer, .. }
+            | PeerConfigError::NoPeerAsn { peer }
             | PeerConfigError::MissingBfdProfile { peer, .. } => peer,
         }
     }
@@ -143,12 +150,20 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
             value: value.into(),
         })
     };
+    use ferrolb_api::v1beta1::DynamicAsn;
+    // The schema allows exactly one of the two; a peer AS given wins.
+    let peer_asn = match (spec.peer_asn, spec.dynamic_asn) {
+        (Some(asn), _) => asn,
+        (None, Some(DynamicAsn::Internal | DynamicAsn::External)) => spec.my_asn,
+        (None, None) => return Err(PeerConfigError::NoPeerAsn { peer: name }),
+    };
     let mut c = PeerConfig::new(
         &name,
         spec.my_asn,
-        spec.peer_asn,
+        peer_asn,
         addr("peerAddress", &spec.peer_address)?,
     );
+    c.peer_asn_external = spec.peer_asn.is_none() && spec.dynamic_asn == Some(DynamicAsn::External);
     c.peer_port = spec.peer_port;
     c.source_address = spec
         .source_address
@@ -274,6 +289,37 @@ mod tests {
         assert_eq!(bfd.minimum_ttl, 254);
         let (configs, _) = peer_configs(&[peer(None)], &BTreeMap::new(), &[], &[]);
         assert_eq!(configs[0].bfd, None);
+    }
+
+    fn peer_with(spec: serde_json::Value) -> BGPPeer {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "tor", "namespace": "ferrolb-system"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn dynamic_asn_internal_is_our_own_as_and_external_any_other() {
+        let labels = BTreeMap::new();
+        let internal = peer_with(serde_json::json!({"myASN": 64512, "dynamicASN": "internal",
+                                                    "peerAddress": "10.0.0.1"}));
+        let (c, errors) = peer_configs(&[internal], &labels, &[], &[]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!((c[0].peer_asn, c[0].peer_asn_external), (64512, false));
+        assert!(c[0].is_ibgp());
+        let external = peer_with(serde_json::json!({"myASN": 64512, "dynamicASN": "external",
+                                                    "peerAddress": "10.0.0.1"}));
+        let (c, _) = peer_configs(&[external], &labels, &[], &[]);
+        assert!(c[0].peer_asn_external && !c[0].is_ibgp());
+    }
+
+    #[test]
+    fn a_peer_with_neither_peer_asn_nor_dynamic_asn_is_not_configured() {
+        let none = peer_with(serde_json::json!({"myASN": 64512, "peerAddress": "10.0.0.1"}));
+        let (c, errors) = peer_configs(&[none], &BTreeMap::new(), &[], &[]);
+        assert!(c.is_empty());
+        assert_eq!(errors, [PeerConfigError::NoPeerAsn { peer: "tor".into() }]);
     }
 
     #[test]
