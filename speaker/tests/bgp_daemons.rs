@@ -613,10 +613,11 @@ fn a_changed_bfd_profile_applies_to_the_running_session_without_restarting_bgp()
     probe.shutdown();
 }
 
-/// `dynamicASN: external`: the router's AS is taken from its OPEN, and the session is eBGP.
-fn dynamic_external_asn(d: Daemon, name: &str) {
+/// A lab with `d` as a plain eBGP router (no password, no graceful restart), or `None` when
+/// `d` cannot run here.
+fn ebgp_lab(d: Daemon, name: &str) -> Option<Lab> {
     if skip(d) {
-        return;
+        return None;
     }
     let mut lab = Lab::new(name);
     d.start(
@@ -627,6 +628,14 @@ fn dynamic_external_asn(d: Daemon, name: &str) {
             graceful_restart: false,
         },
     );
+    Some(lab)
+}
+
+/// `dynamicASN: external`: the router's AS is taken from its OPEN, and the session is eBGP.
+fn dynamic_external_asn(d: Daemon, name: &str) {
+    let Some(lab) = ebgp_lab(d, name) else {
+        return;
+    };
     let mut peer = peer_json(false, None, false);
     peer["peer_asn"] = json!(0);
     peer["peer_asn_external"] = json!(true);
@@ -654,18 +663,9 @@ fn frr_comes_up_with_a_dynamic_external_asn() {
 /// A NOTIFICATION from the router is kept as the last one received, in words, and is the
 /// session's last error.
 fn notification_from_the_router(d: Daemon, name: &str) {
-    if skip(d) {
+    let Some(lab) = ebgp_lab(d, name) else {
         return;
-    }
-    let mut lab = Lab::new(name);
-    d.start(
-        &mut lab,
-        &Session {
-            ibgp: false,
-            password: None,
-            graceful_restart: false,
-        },
-    );
+    };
     let mut probe = Probe::start(&lab, &peer_json(false, None, false));
     probe.send(advertise(&[V4_KEEP, V6_KEEP]));
     let up = probe.wait_for(ESTABLISH, |v| {

@@ -24,8 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{
-    BGPNotificationInfo, BGPSessionState, BGPSessionStateSpec, BGPSessionStateStatus,
-    CONDITION_READY,
+    BGPNotificationInfo, BGPSessionState, BGPSessionStateStatus, CONDITION_READY,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::ObjectMeta;
@@ -35,7 +34,7 @@ use tracing::warn;
 
 use super::metrics::Metrics;
 use super::snapshot::PeerConfigError;
-use super::status::{StatusKind, Written};
+use super::status::Written;
 use crate::bgp::config::{PeerConfig, PeerId};
 use crate::bgp::{NotificationRecord, PeerStatus, State};
 
@@ -55,20 +54,6 @@ pub struct Report {
     pub node_uid: Option<String>,
     /// The objects, by name.
     pub states: BTreeMap<String, BGPSessionStateStatus>,
-}
-
-impl StatusKind for BGPSessionState {
-    type Payload = BGPSessionStateStatus;
-    fn empty(metadata: ObjectMeta) -> Self {
-        BGPSessionState {
-            metadata,
-            spec: BGPSessionStateSpec {},
-            status: None,
-        }
-    }
-    fn payload(&self) -> Option<&Self::Payload> {
-        self.status.as_ref()
-    }
 }
 
 /// The name of the object for `peer` on `node`: `<peer>.<node>`, shortened with a hash when

@@ -30,8 +30,9 @@ use std::time::Duration;
 
 use ferrolb_api::names;
 use ferrolb_api::v1beta1::{
-    InterfaceInfo, ServiceBGPStatus, ServiceBGPStatusSpec, ServiceBGPStatusStatus, ServiceL2Status,
-    ServiceL2StatusSpec, ServiceL2StatusStatus,
+    BGPSessionState, BGPSessionStateSpec, BGPSessionStateStatus, InterfaceInfo, ServiceBGPStatus,
+    ServiceBGPStatusSpec, ServiceBGPStatusStatus, ServiceL2Status, ServiceL2StatusSpec,
+    ServiceL2StatusStatus,
 };
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -75,33 +76,30 @@ pub trait StatusKind:
     fn payload(&self) -> Option<&Self::Payload>;
 }
 
-impl StatusKind for ServiceL2Status {
-    type Payload = ServiceL2StatusStatus;
-    fn empty(metadata: ObjectMeta) -> Self {
-        ServiceL2Status {
-            metadata,
-            spec: ServiceL2StatusSpec {},
-            status: None,
+/// Implements [`StatusKind`] for a kind whose spec is empty and whose status is `$payload`.
+macro_rules! status_kind {
+    ($($kind:ident($spec:ident, $payload:ident)),* $(,)?) => {$(
+        impl StatusKind for $kind {
+            type Payload = $payload;
+            fn empty(metadata: ObjectMeta) -> Self {
+                $kind {
+                    metadata,
+                    spec: $spec {},
+                    status: None,
+                }
+            }
+            fn payload(&self) -> Option<&Self::Payload> {
+                self.status.as_ref()
+            }
         }
-    }
-    fn payload(&self) -> Option<&Self::Payload> {
-        self.status.as_ref()
-    }
+    )*};
 }
 
-impl StatusKind for ServiceBGPStatus {
-    type Payload = ServiceBGPStatusStatus;
-    fn empty(metadata: ObjectMeta) -> Self {
-        ServiceBGPStatus {
-            metadata,
-            spec: ServiceBGPStatusSpec {},
-            status: None,
-        }
-    }
-    fn payload(&self) -> Option<&Self::Payload> {
-        self.status.as_ref()
-    }
-}
+status_kind!(
+    ServiceL2Status(ServiceL2StatusSpec, ServiceL2StatusStatus),
+    ServiceBGPStatus(ServiceBGPStatusSpec, ServiceBGPStatusStatus),
+    BGPSessionState(BGPSessionStateSpec, BGPSessionStateStatus),
+);
 
 /// The L2 status payload of a Service announced by `node`.
 pub fn l2_payload(
