@@ -551,3 +551,74 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
         lab.router.show_routes()
     );
 }
+
+#[test]
+fn a_peer_removed_while_down_leaves_no_session_state_and_no_session_metric() {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    // A second router that does not exist: every node's session to it stays down.
+    let peer = serde_json::json!({
+        "apiVersion": "ferrolb.io/v1beta1", "kind": "BGPPeer",
+        "metadata": {"name": "gone", "namespace": ferrolb_tests::lab::INSTALL_NS},
+        "spec": {"myASN": 64512, "peerASN": 64514, "peerAddress": "10.99.0.250",
+                 "connectTime": "1s"},
+    });
+    let client = lab.client();
+    lab.block(async move {
+        ferrolb_tests::lab::manifests::server_side_apply(&client, &[peer], "e2e").await
+    })
+    .expect("the BGPPeer is applied");
+    let series = "ferrolb_bgp_session_up{peer=\"gone\"} 0";
+    let down = lab
+        .wait(CONVERGE, "node-a's session to `gone`, down", || {
+            let st = lab
+                .bgp_sessions()
+                .ok()?
+                .into_iter()
+                .find(|(n, _)| n == "gone.node-a")?
+                .1;
+            let metrics = lab.speaker_metrics(0)?;
+            (st.conditions.first()?.reason == "NotEstablished"
+                && st.last_error.is_some()
+                && metrics.lines().any(|l| l == series))
+            .then_some(st)
+        })
+        .unwrap_or_else(|e| panic!("{e}: {:?}", lab.bgp_sessions()));
+    assert_ne!(down.bgp_state, "Established");
+    let client = lab.client();
+    lab.block(async move {
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("ferrolb.io", "v1beta1", "BGPPeer"),
+            "bgppeers",
+        );
+        Api::<kube::core::DynamicObject>::namespaced_with(
+            client,
+            ferrolb_tests::lab::INSTALL_NS,
+            &ar,
+        )
+        .delete("gone", &Default::default())
+        .await
+        .map(|_| ())
+    })
+    .expect("the BGPPeer is deleted");
+    lab.wait(
+        CONVERGE,
+        "`gone` out of the objects and the metrics",
+        || {
+            let left = lab.bgp_sessions().ok()?;
+            let metrics = lab.speaker_metrics(0)?;
+            (left.iter().all(|(_, st)| st.peer != "gone") && !metrics.contains("peer=\"gone\""))
+                .then_some(())
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {:?}\n{:?}",
+            lab.bgp_sessions(),
+            lab.speaker_metrics(0)
+        )
+    });
+    // The router that exists is untouched.
+    assert_eq!(lab.bgp_sessions().unwrap().len(), NODE_NAMES.len());
+}

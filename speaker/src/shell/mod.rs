@@ -81,7 +81,7 @@ pub struct Speaker {
     /// Peers whose session metrics were exported: a peer no longer configured has its series
     /// removed (else `ferrolb_bgp_session_up == 0` would alert forever for a peer removed while
     /// down).
-    exported_peers: BTreeSet<String>,
+    exported_peers: BTreeMap<String, crate::bgp::PeerStatus>,
     interface_faults: BTreeMap<String, String>,
     open_interfaces: BTreeMap<String, crate::l2::OpenInterface>,
     peers: Vec<PeerConfig>,
@@ -123,7 +123,7 @@ impl Speaker {
             unable_here: BTreeSet::new(),
             unable_reasons: BTreeMap::new(),
             cannot_answer_labels: BTreeSet::new(),
-            exported_peers: BTreeSet::new(),
+            exported_peers: BTreeMap::new(),
             interface_faults: BTreeMap::new(),
             open_interfaces: BTreeMap::new(),
             peers: Vec::new(),
@@ -560,21 +560,32 @@ impl Speaker {
             }
             changed
         });
-        let now: BTreeSet<String> = states.iter().map(|(PeerId(p), _)| p.clone()).collect();
-        for gone in self.exported_peers.difference(&now) {
+        // Every series of a peer no longer configured goes, with the label sets its last
+        // status had.
+        for (gone, last) in &self.exported_peers {
+            if states.contains_key(&PeerId(gone.clone())) {
+                continue;
+            }
             let labels = PeerLabels { peer: gone.clone() };
             self.metrics.bgp_session_up.remove(&labels);
             self.metrics.bgp_announced_prefixes.remove(&labels);
             self.metrics.bfd_session_up.remove(&labels);
+            self.metrics.bfd_downs.remove(&labels);
+            self.metrics.bgp_updates.remove(&labels);
+            for (l, _) in notification_series(gone, last) {
+                self.metrics.bgp_notifications.remove(&l);
+            }
+            for (l, _) in malformed_series(gone, last) {
+                self.metrics.bgp_malformed_updates.remove(&l);
+            }
         }
-        self.exported_peers = now;
         for (reason, n) in bgp.bfd_drops() {
             let labels = ReasonLabels {
                 reason: reason.into(),
             };
             advance(&self.metrics.bfd_dropped_packets.get_or_create(&labels), n);
         }
-        for (PeerId(peer), st) in states {
+        for (PeerId(peer), st) in &states {
             let labels = PeerLabels { peer: peer.clone() };
             self.metrics
                 .bgp_session_up
@@ -600,39 +611,14 @@ impl Speaker {
                 .bgp_announced_prefixes
                 .get_or_create(&labels)
                 .set(st.announced_prefixes as i64);
-            for (direction, counts) in [
-                (
-                    "sent",
-                    st.notifications_sent
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), *v))
-                        .collect::<Vec<_>>(),
-                ),
-                (
-                    "received",
-                    st.notifications_received
-                        .iter()
-                        .map(|(k, v)| (k.clone(), *v))
-                        .collect(),
-                ),
-            ] {
-                for (code, n) in counts {
-                    let l = NotificationLabels {
-                        peer: peer.clone(),
-                        direction: direction.into(),
-                        code,
-                    };
-                    advance(&self.metrics.bgp_notifications.get_or_create(&l), n);
-                }
+            for (l, n) in notification_series(peer, st) {
+                advance(&self.metrics.bgp_notifications.get_or_create(&l), n);
             }
-            for (handling, n) in &st.malformed_updates {
-                let l = MalformedLabels {
-                    peer: peer.clone(),
-                    handling: (*handling).into(),
-                };
-                advance(&self.metrics.bgp_malformed_updates.get_or_create(&l), *n);
+            for (l, n) in malformed_series(peer, st) {
+                advance(&self.metrics.bgp_malformed_updates.get_or_create(&l), n);
             }
         }
+        self.exported_peers = states.into_iter().map(|(PeerId(p), st)| (p, st)).collect();
     }
 
     /// Refreshes session metrics (call it every few seconds: session state changes on its own).
@@ -682,6 +668,42 @@ pub fn decode_unable(state: &[u8]) -> BTreeSet<IpAddr> {
 
 /// Addresses carried over gossip at most (keeps the state within one datagram).
 pub const MAX_UNABLE: usize = 10;
+
+/// The `ferrolb_bgp_notifications_total` series of `peer` and their values.
+fn notification_series(peer: &str, st: &crate::bgp::PeerStatus) -> Vec<(NotificationLabels, u64)> {
+    let sent = st
+        .notifications_sent
+        .iter()
+        .map(|(code, n)| ("sent", code.to_string(), *n));
+    let received = st
+        .notifications_received
+        .iter()
+        .map(|(code, n)| ("received", code.clone(), *n));
+    sent.chain(received)
+        .map(|(direction, code, n)| {
+            let l = NotificationLabels {
+                peer: peer.into(),
+                direction: direction.into(),
+                code,
+            };
+            (l, n)
+        })
+        .collect()
+}
+
+/// The `ferrolb_bgp_malformed_updates_total` series of `peer` and their values.
+fn malformed_series(peer: &str, st: &crate::bgp::PeerStatus) -> Vec<(MalformedLabels, u64)> {
+    st.malformed_updates
+        .iter()
+        .map(|(handling, n)| {
+            let l = MalformedLabels {
+                peer: peer.into(),
+                handling: (*handling).into(),
+            };
+            (l, *n)
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

@@ -509,6 +509,11 @@ impl Lab {
         })
     }
 
+    /// Node `i`'s speaker's `/metrics` text, `None` when nothing answers.
+    pub fn speaker_metrics(&self, i: usize) -> Option<String> {
+        speaker_metrics(&self.topo, i)
+    }
+
     /// The speakers' `BGPSessionState` objects: `(object name, status)`, sorted by name.
     pub fn bgp_sessions(&self) -> Result<Vec<(String, BGPSessionStateStatus)>> {
         let client = self.client();
@@ -633,6 +638,24 @@ impl Drop for Lab {
             let _ = std::fs::remove_dir_all(&self.config.dir);
         }
     }
+}
+
+/// `GET /metrics` from node `i`'s speaker (`--metrics-addr` is the node's address, port 7473),
+/// asked from inside the node's namespace; `None` when nothing answers.
+pub fn speaker_metrics(topo: &Topology, i: usize) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = SocketAddr::new(node_v4(i).into(), 7473);
+    netns::in_namespace(topo.node(i).name(), move || {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: speaker\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    })
+    .ok()
+    .flatten()
 }
 
 /// `10.99.2.0/32` or `fd00:99:2::/128`.

@@ -7,8 +7,7 @@
 //! is not built; with `FERROLB_REQUIRE_BINARIES=1` each of those is a failure instead.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -215,10 +214,7 @@ impl Cluster {
 
     /// Node `i`'s speaker's `/metrics` text.
     pub fn metrics(&self, i: usize) -> Option<String> {
-        let addr = SocketAddr::new(node_v4(i).into(), 7473);
-        netns::in_namespace(self.topo.node(i).name(), move || http_get(addr))
-            .ok()
-            .flatten()
+        ferrolb_tests::lab::speaker_metrics(&self.topo, i)
     }
 
     /// How many live speakers node `i`'s speaker sees through gossip (its `/metrics`).
@@ -313,17 +309,6 @@ impl Drop for Cluster {
         self.api.take();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// `GET /metrics` over plain HTTP/1.0; `None` when nothing answers.
-fn http_get(addr: SocketAddr) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: speaker\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body)
 }
 
 fn ferrolb(kind: &str, plural: &str) -> ApiResource {
