@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
 use ferrolb_speaker::cluster::{Cluster, Scope, Update};
-use ferrolb_speaker::membership::{Gossip, GossipKey, MembershipConfig};
+use ferrolb_speaker::membership::{Gossip, GossipKey, KeyRing, MembershipConfig};
 use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
 use ferrolb_speaker::shell::snapshot::secret_bytes;
@@ -215,12 +215,26 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut fallback_live = BTreeSet::from([args.node_name.clone()]);
     let mut changed_since_trim = 0usize;
     let mut states_changed = true;
+    let mut secrets_seen = 0u64;
     let mut unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
     let run = async {
         loop {
-            if gossip.is_none() {
+            if let Some(g) = &gossip {
+                // A changed gossip Secret (a key rotation) reaches the running member.
+                let model = cluster.lock().expect("cluster lock");
+                if model.secrets_version() != secrets_seen {
+                    secrets_seen = model.secrets_version();
+                    match gossip_keys(&args, &model) {
+                        Some(keys) => g.set_keys(keys),
+                        None => {
+                            warn!(secret = %args.gossip_secret, "the gossip Secret has no usable `secretkey` now; gossip goes on with the keys it has")
+                        }
+                    }
+                }
+            } else {
                 let inputs = gossip_inputs(&args, &cluster.lock().expect("cluster lock"));
                 if let Some((key, bind)) = inputs {
+                    secrets_seen = cluster.lock().expect("cluster lock").secrets_version();
                     gossip = start_gossip(&args, key, bind).await;
                     gossip_live = gossip.as_ref().map(Gossip::live);
                     gossip_states = gossip.as_ref().map(Gossip::states);
@@ -544,20 +558,27 @@ async fn refetch_slices(
     }
 }
 
-/// The gossip key and address, once the key Secret and this node's speaker Pod address are
+/// The gossip keys and address, once the key Secret and this node's speaker Pod address are
 /// known.
-fn gossip_inputs(args: &Args, cluster: &Cluster) -> Option<(GossipKey, SocketAddr)> {
-    let key = secret_bytes(&cluster.secret_objects(), &args.gossip_secret, "secretkey")?;
-    let key = GossipKey::new(key)?;
+fn gossip_inputs(args: &Args, cluster: &Cluster) -> Option<(KeyRing, SocketAddr)> {
+    let keys = gossip_keys(args, cluster)?;
     let my_ip = cluster
         .speaker_pods()
         .find(|p| p.node == args.node_name)
         .and_then(|p| p.ip)?;
-    Some((key, SocketAddr::new(my_ip, args.gossip_port)))
+    Some((keys, SocketAddr::new(my_ip, args.gossip_port)))
+}
+
+/// The gossip Secret's keys: `secretkey` to send with, and `previouskey` (optional) also
+/// accepted, for a rotation.
+fn gossip_keys(args: &Args, cluster: &Cluster) -> Option<KeyRing> {
+    let secrets = cluster.secret_objects();
+    let key = |name| secret_bytes(&secrets, &args.gossip_secret, name).and_then(GossipKey::new);
+    Some(KeyRing::new(key("secretkey")?, key("previouskey")))
 }
 
 /// Starts gossip; until it runs (or if it cannot) liveness comes from the Kubernetes view.
-async fn start_gossip(args: &Args, key: GossipKey, bind: SocketAddr) -> Option<Gossip> {
+async fn start_gossip(args: &Args, key: KeyRing, bind: SocketAddr) -> Option<Gossip> {
     match Gossip::start(
         args.node_name.clone(),
         bind,

@@ -11,9 +11,11 @@
 mod speaker_support;
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB;
 use ferrolb_tests::netns::topology::NODE_NAMES;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use speaker_support::{
     Cluster, POOL, endpoints, network_unavailable, node_label, put_ferrolb, service, service_events,
@@ -282,4 +284,79 @@ fn l2_advertisement_node_selectors_pick_the_answering_nodes_and_interfaces_the_a
             .collect();
         (status.len() == 1 && status[0].node == "node-c" && names == [["eth1"]]).then_some(())
     });
+}
+
+#[test]
+fn replacing_the_gossip_key_keeps_every_speaker_live_and_refuses_no_datagram() {
+    let Some(c) = cluster() else {
+        return;
+    };
+    let failures = |c: &Cluster| -> Vec<Option<u64>> {
+        (0..NODE_NAMES.len())
+            .map(|i| {
+                c.metrics(i)?
+                    .lines()
+                    .find_map(|l| l.strip_prefix("ferrolb_gossip_auth_failures_total "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .collect()
+    };
+    let before = failures(&c);
+    assert!(before.iter().all(Option::is_some), "{before:?}");
+    // node-c learns of the change 5 s after the others: its packets to and from the API
+    // server are dropped meanwhile (its watch resumes when they flow again).
+    let api = |op: &str| {
+        let (dst, port) = (
+            ferrolb_tests::netns::topology::API_V4.to_string(),
+            ferrolb_tests::lab::API_PORT.to_string(),
+        );
+        for rule in [
+            ["OUTPUT", "-d", &dst, "-p", "tcp", "--dport", &port],
+            ["INPUT", "-s", &dst, "-p", "tcp", "--sport", &port],
+        ] {
+            let mut args = vec!["iptables", op];
+            args.extend(rule);
+            args.extend(["-j", "DROP"]);
+            c.topo.node(2).exec_ok(&args).expect("iptables in node-c");
+        }
+    };
+    api("-I");
+    // The Secret's key replaced at once, as `kubectl apply` of a new key does: each speaker
+    // accepts the new key as soon as it sees the Secret, and sends with it 10 s later.
+    let client = c.client();
+    c.block(async move {
+        let key = k8s_openapi::ByteString(b"a brand new gossip key, 32 bytes!".to_vec());
+        let patch = json!({"data": {"secretkey": key}});
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            client,
+            ferrolb_tests::lab::INSTALL_NS,
+        )
+        .patch(
+            "ferrolb-memberlist",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("the gossip Secret is patched")
+    });
+    // Past the switch (10 s) and the end of the former key's acceptance (20 s), node-c 5 s
+    // late.
+    let start = std::time::Instant::now();
+    let mut late = true;
+    while start.elapsed() < Duration::from_secs(30) {
+        if late && start.elapsed() >= Duration::from_secs(5) {
+            api("-D");
+            late = false;
+        }
+        for i in 0..NODE_NAMES.len() {
+            assert_eq!(
+                c.gossip_members(i),
+                Some(NODE_NAMES.len() as i64),
+                "node {i} lost a member {:?} after the key change",
+                start.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(failures(&c), before, "datagrams refused during the change");
 }

@@ -171,6 +171,7 @@ pub struct Cluster {
     node_infos: BTreeMap<String, NodeInfo>,
     /// This node's UID (the owner of the objects that must go with the Node).
     this_node_uid: Option<String>,
+    secrets_version: u64,
     config: Config,
     changes: Changes,
     speakers_dirty: bool,
@@ -201,6 +202,7 @@ impl Cluster {
             node_names: HashSet::new(),
             node_infos: BTreeMap::new(),
             this_node_uid: None,
+            secrets_version: 0,
             config: Config::default(),
             changes: Changes {
                 config: true,
@@ -639,6 +641,12 @@ impl Cluster {
             s
         });
         self.changes.config |= changed;
+        self.secrets_version += u64::from(changed);
+    }
+
+    /// A number that changes whenever a Secret does (to re-read the gossip keys only then).
+    pub fn secrets_version(&self) -> u64 {
+        self.secrets_version
     }
 
     fn derive_config(&mut self) {

@@ -1,10 +1,11 @@
 //! SWIM membership core: the `foca` state machine behind an authenticated datagram layer,
-//! bounded joins, and per-member states. Pure: no I/O, no clock (timers are outputs,
-//! randomness comes from a seed).
+//! bounded joins, and per-member states. Pure: no I/O, no clock (timers are outputs, the wall
+//! clock comes in through [`Membership::set_time`], randomness comes from a seed).
 //!
-//! Every datagram leaves through [`auth::seal_on`] and enters through [`auth::open_any`]; foca
-//! never sees bytes that fail authentication, so a forged message cannot change membership.
-//! Failures are counted per [`AuthFailure`].
+//! Every datagram leaves through [`auth::seal_on`] and enters through [`auth::open_any`] and
+//! [`auth::ReplayGuard`]; foca never sees bytes that fail authentication or that it saw
+//! before, so neither a forged nor a replayed message can change membership. Failures are
+//! counted per [`AuthFailure`]. Keys rotate with [`Membership::set_keys`].
 //!
 //! # Joining
 //! [`Membership::join`] is given every speaker of the cluster, again and again (the shell
@@ -27,12 +28,12 @@
 //! See [`super::states`]: [`Membership::set_local_state`] publishes, [`Membership::states`]
 //! reads what the live members published.
 
-use super::auth::{self, AuthFailure, Channel, GossipKey};
+use super::auth::{self, AuthFailure, Channel, KeyRing, Keys, ReplayGuard, Sealer};
 use super::states::{MAX_NODE_LEN, MAX_STATE_LEN, SharedTable, StateHandler, StateItem};
 use foca::{Foca, Notification, PostcardCodec, Runtime};
-use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
+use rand::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
@@ -202,6 +203,11 @@ pub struct MembershipCounters {
     pub auth_failures: BTreeMap<AuthFailure, u64>,
     /// Authenticated datagrams that could not be used (decode or protocol error).
     pub protocol_errors: u64,
+    /// Datagrams accepted with the previous key of a rotation (their senders still send
+    /// with it; the previous key can go once this stops growing everywhere).
+    pub previous_key: u64,
+    /// Version-1 datagrams accepted (from speakers of the version before: no replay check).
+    pub v1_datagrams: u64,
     /// Members this member saw go from live to down.
     pub declared_down: u64,
     /// Times this member learnt it had been declared down while alive (a false positive, or a
@@ -218,7 +224,10 @@ impl MembershipCounters {
 
 /// Collects foca's requests as [`Output`]s, and what the core must react to.
 struct Collect<'a> {
-    key: &'a GossipKey,
+    keys: &'a Keys,
+    sealer: &'a mut Sealer,
+    now_ms: u64,
+    v1_members: &'a HashSet<SocketAddr>,
     table: &'a SharedTable,
     out: Vec<Output>,
     sent: u64,
@@ -280,7 +289,16 @@ impl Runtime<SpeakerId> for Collect<'_> {
         self.sent += 1;
         self.out.push(Output::Send {
             to: to.addr,
-            datagram: auth::seal(self.key, data),
+            datagram: if self.v1_members.contains(&to.addr) {
+                auth::seal_v1(self.keys.sending(self.now_ms), Channel::Swim, data)
+            } else {
+                auth::seal_on(
+                    self.keys.sending(self.now_ms),
+                    Channel::Swim,
+                    self.sealer.stamp(self.now_ms),
+                    data,
+                )
+            },
         });
     }
 
@@ -297,7 +315,14 @@ type Swim = Foca<SpeakerId, PostcardCodec, StdRng, StateHandler>;
 /// One speaker's membership state.
 pub struct Membership {
     swim: Swim,
-    key: GossipKey,
+    keys: Keys,
+    sealer: Sealer,
+    replay: ReplayGuard,
+    /// The wall clock, Unix milliseconds, as last given to [`Membership::set_time`].
+    now_ms: u64,
+    /// Addresses whose last datagram was version 1 (a speaker of the version before, during a
+    /// rolling update): they are answered in version 1. At most one per member.
+    v1_members: HashSet<SocketAddr>,
     counters: MembershipCounters,
     /// Picks join targets and state refresh targets (foca has its own).
     rng: StdRng,
@@ -319,8 +344,16 @@ pub struct Membership {
 impl Membership {
     /// A member that knows nobody yet. `seed` drives the random choices (foca's and the
     /// core's).
-    pub fn new(me: SpeakerId, key: GossipKey, config: &MembershipConfig, seed: u64) -> Self {
+    pub fn new(
+        me: SpeakerId,
+        keys: impl Into<KeyRing>,
+        config: &MembershipConfig,
+        seed: u64,
+    ) -> Self {
         let table = SharedTable::default();
+        // A boot id per start, so that a restarted member's datagrams (numbered from 1
+        // again) are not taken for replays.
+        let boot = StdRng::seed_from_u64(seed ^ 0x626f_6f74_5f69_6400).next_u64();
         let swim = Foca::with_custom_broadcast(
             me,
             config.to_foca(),
@@ -330,7 +363,11 @@ impl Membership {
         );
         Membership {
             swim,
-            key,
+            keys: Keys::new(keys.into()),
+            sealer: Sealer::new(boot),
+            replay: ReplayGuard::default(),
+            now_ms: 0,
+            v1_members: HashSet::new(),
             counters: MembershipCounters::default(),
             rng: StdRng::seed_from_u64(seed ^ 0x6a6f_696e_5f72_6e67),
             period: config.announce_every,
@@ -345,7 +382,10 @@ impl Membership {
 
     fn collect(&mut self, f: impl FnOnce(&mut Swim, &mut Collect<'_>) -> bool) -> Vec<Output> {
         let mut rt = Collect {
-            key: &self.key,
+            keys: &self.keys,
+            sealer: &mut self.sealer,
+            now_ms: self.now_ms,
+            v1_members: &self.v1_members,
             table: &self.table,
             out: Vec::new(),
             sent: 0,
@@ -376,17 +416,21 @@ impl Membership {
             self.publish();
         }
         if let Some(came_up) = came_up.filter(|c| !c.is_empty()) {
-            let datagram = self.state_datagram();
             for id in came_up {
                 self.counters.sent += 1;
                 out.push(Output::Send {
                     to: id.addr,
-                    datagram: datagram.clone(),
+                    datagram: self.state_datagram(id.addr),
                 });
             }
         }
         if (table_changed || states_changed) && !out.contains(&Output::StatesChanged) {
             out.push(Output::StatesChanged);
+        }
+        if !self.v1_members.is_empty() && out.contains(&Output::MembersChanged) {
+            // Bounded by the live members; one that speaks again is marked again.
+            let live: HashSet<SocketAddr> = self.swim.iter_members().map(|m| m.id().addr).collect();
+            self.v1_members.retain(|a| live.contains(a));
         }
         out
     }
@@ -500,8 +544,27 @@ impl Membership {
         }
     }
 
-    fn state_datagram(&self) -> Vec<u8> {
-        auth::seal_on(&self.key, Channel::State, &self.local_item().encode())
+    /// Our state, sealed for `to` (in version 1 when `to` speaks only that).
+    fn state_datagram(&mut self, to: SocketAddr) -> Vec<u8> {
+        let key = self.keys.sending(self.now_ms);
+        let item = self.local_item().encode();
+        if self.v1_members.contains(&to) {
+            return auth::seal_v1(key, Channel::State, &item);
+        }
+        auth::seal_on(key, Channel::State, self.sealer.stamp(self.now_ms), &item)
+    }
+
+    /// The wall clock (Unix milliseconds) the next inputs happen at: it stamps what is sent,
+    /// and received datagrams must be within [`auth::MAX_SKEW`] of it.
+    pub fn set_time(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    /// The keys from now on (the gossip Secret changed): both keys of `keys` are accepted at
+    /// once, and datagrams are sealed with its send key after [`auth::KEY_SWITCH_DELAY`]
+    /// (see [`auth::Keys`]).
+    pub fn set_keys(&mut self, keys: KeyRing) {
+        self.keys.replace(keys, self.now_ms);
     }
 
     /// Hands the current local state to foca for dissemination.
@@ -517,10 +580,37 @@ impl Membership {
         self.table.with(|t| t.take_changed());
     }
 
-    /// Handles one received datagram; unauthenticated ones are counted and ignored.
+    /// Handles one received datagram from an address not known (tests, simulations): as
+    /// [`Membership::handle_datagram_from`].
     pub fn handle_datagram(&mut self, datagram: &[u8]) -> Vec<Output> {
+        self.handle_datagram_from(SocketAddr::from(([0, 0, 0, 0], 0)), datagram)
+    }
+
+    /// Handles one datagram received from `from`; unauthenticated, stale and replayed ones are
+    /// counted and ignored. A version-1 datagram (no stamp, so no replay check) is taken during
+    /// a rolling update from the version before, and `from` is answered in version 1 until it
+    /// sends version 2.
+    pub fn handle_datagram_from(&mut self, from: SocketAddr, datagram: &[u8]) -> Vec<Output> {
         self.counters.received += 1;
-        match auth::open_any(&self.key, datagram) {
+        let accepted = self.keys.accepted(self.now_ms);
+        let opened = auth::open_any(&accepted, datagram).and_then(|o| {
+            if let Some(stamp) = o.stamp {
+                self.replay.check(self.now_ms, stamp)?;
+            }
+            Ok(o)
+        });
+        if let Ok(o) = opened {
+            if o.previous_key {
+                self.counters.previous_key += 1;
+            }
+            if o.stamp.is_none() {
+                self.counters.v1_datagrams += 1;
+                self.v1_members.insert(from);
+            } else if !self.v1_members.is_empty() {
+                self.v1_members.remove(&from);
+            }
+        }
+        match opened.map(|o| (o.channel, o.payload)) {
             Ok((Channel::Swim, p)) => {
                 let payload = p.to_vec();
                 self.collect(|swim, rt| swim.handle_data(&payload, &mut *rt).is_ok())
@@ -571,7 +661,7 @@ impl Membership {
                     self.counters.sent += 1;
                     out.push(Output::Send {
                         to,
-                        datagram: self.state_datagram(),
+                        datagram: self.state_datagram(to),
                     });
                 }
                 out.push(Output::After {

@@ -21,7 +21,7 @@ pub mod sim;
 pub mod states;
 pub mod udp;
 
-pub use auth::{AuthFailure, GossipKey};
+pub use auth::{AuthFailure, GossipKey, KeyRing};
 pub use core::{
     JOIN_FANOUT, Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError,
 };

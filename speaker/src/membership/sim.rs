@@ -391,7 +391,12 @@ impl Cluster {
                         continue;
                     }
                     if let Some(m) = self.slots[to].member.as_mut() {
-                        let out = m.handle_datagram(&datagram);
+                        m.set_time(self.now_us / 1000);
+                        let out = if from == usize::MAX {
+                            m.handle_datagram(&datagram)
+                        } else {
+                            m.handle_datagram_from(Self::addr(from), &datagram)
+                        };
                         self.apply(to, out);
                     }
                 }
@@ -405,6 +410,7 @@ impl Cluster {
                         continue;
                     }
                     if let Some(m) = slot.member.as_mut() {
+                        m.set_time(self.now_us / 1000);
                         let out = m.handle_timer(timer);
                         self.apply(member, out);
                     }

@@ -77,6 +77,19 @@ fn set_state(c: &mut Cluster, i: usize, state: &[u8]) {
         .unwrap();
 }
 
+/// A datagram sealed with `key(7)` as another member (boot 99) sends it at clock 0: each one
+/// with a sequence number of its own.
+fn sealed(channel: Channel, payload: &[u8]) -> Vec<u8> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stamp = auth::Stamp {
+        boot: 99,
+        seq,
+        time_ms: 0,
+    };
+    auth::seal_on(&key(7), channel, stamp, payload)
+}
+
 /// A member that is not part of any simulated cluster.
 fn lone(node: &str, seed: u64) -> Membership {
     Membership::new(
@@ -199,11 +212,147 @@ fn a_speaker_with_the_wrong_key_or_no_key_changes_nobodys_view() {
 }
 
 #[test]
+fn a_replayed_datagram_changes_nothing_and_is_counted() {
+    let mut m = lone("node-0", 1);
+    let datagram = sealed(
+        Channel::State,
+        &StateItem {
+            node: "node-1".into(),
+            generation: 1,
+            version: 1,
+            state: b"v1".to_vec(),
+        }
+        .encode(),
+    );
+    assert_eq!(m.handle_datagram(&datagram), vec![Output::StatesChanged]);
+    let before = m.counters().clone();
+    assert!(m.handle_datagram(&datagram).is_empty());
+    let after = m.counters();
+    assert_eq!(after.auth_failures.get(&AuthFailure::Replayed), Some(&1));
+    assert_eq!(after.protocol_errors, before.protocol_errors);
+}
+
+#[test]
+fn a_datagram_sent_longer_ago_than_the_clock_skew_allows_is_refused_as_stale() {
+    let mut m = lone("node-0", 1);
+    // `sealed` stamps clock 0; ours is now past the allowed skew.
+    m.set_time(auth::MAX_SKEW.as_millis() as u64 + 1);
+    assert!(
+        m.handle_datagram(&sealed(Channel::Swim, &[0xff; 10]))
+            .is_empty()
+    );
+    assert_eq!(
+        m.counters().auth_failures.get(&AuthFailure::Stale),
+        Some(&1)
+    );
+    assert_eq!(m.counters().protocol_errors, 0, "refused before decoding");
+}
+
+/// What `m` sends when it joins three seeds.
+fn join_datagrams(m: &mut Membership) -> Vec<Vec<u8>> {
+    m.join(&seeds(3))
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Send { datagram, .. } => Some(datagram),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A SWIM-channel datagram sealed with `key` by boot `boot` at `time_ms`.
+fn sealed_with(key: &GossipKey, boot: u64, time_ms: u64) -> Vec<u8> {
+    let stamp = auth::Stamp {
+        boot,
+        seq: 1,
+        time_ms,
+    };
+    auth::seal_on(key, Channel::Swim, stamp, &[0xff; 10])
+}
+
+#[test]
+fn after_a_key_change_a_member_accepts_the_new_key_at_once_and_sends_with_it_later() {
+    let delay = auth::KEY_SWITCH_DELAY.as_millis() as u64;
+    // Within the switch delay: still sending with key 7 (members that have not seen the
+    // change yet read it), and both keys accepted.
+    let mut m = lone("node-0", 1);
+    m.set_keys(key(8).into());
+    let early = join_datagrams(&mut m);
+    assert!(!early.is_empty());
+    for d in &early {
+        assert!(auth::open_any(&[&key(7)], d).is_ok());
+    }
+    let _ = m.handle_datagram(&sealed_with(&key(8), 5, 0));
+    let _ = m.handle_datagram(&sealed_with(&key(7), 6, 0));
+    assert_eq!(m.counters().auth_failures_total(), 0);
+    assert_eq!(m.counters().previous_key, 1);
+    // After it: sending with key 8 only; key 7 is refused once twice the delay is over.
+    let mut m = lone("node-0", 1);
+    m.set_keys(key(8).into());
+    m.set_time(delay);
+    for d in &join_datagrams(&mut m) {
+        assert!(auth::open_any(&[&key(8)], d).is_ok());
+        assert_eq!(auth::open_any(&[&key(7)], d), Err(AuthFailure::BadTag));
+    }
+    let _ = m.handle_datagram(&sealed_with(&key(7), 6, delay));
+    assert_eq!(m.counters().auth_failures_total(), 0);
+    m.set_time(2 * delay);
+    let _ = m.handle_datagram(&sealed_with(&key(7), 7, 2 * delay));
+    assert_eq!(
+        m.counters().auth_failures.get(&AuthFailure::BadTag),
+        Some(&1)
+    );
+}
+
+#[test]
+fn replacing_the_key_member_by_member_declares_nobody_down() {
+    for with_previous in [false, true] {
+        let mut c = cluster(5);
+        let all = names(&[0, 1, 2, 3, 4]);
+        until_views(&mut c, &[0, 1, 2, 3, 4], &all, ms(2_000)).unwrap();
+        let down = |c: &Cluster| -> u64 {
+            (0..5)
+                .map(|i| c.member(i).unwrap().counters().declared_down)
+                .sum()
+        };
+        let before = down(&c);
+        // The Secret reaches the speakers one after the other, 500 ms apart: the new key
+        // alone, or with the old one as `previouskey`.
+        let ring = || auth::KeyRing::new(key(8), with_previous.then(|| key(7)));
+        for i in 0..5 {
+            c.with_member(i, |m| {
+                m.set_keys(ring());
+                ((), Vec::new())
+            })
+            .unwrap();
+            c.run_for(ms(500), |_, _, _, _| {});
+        }
+        c.run_for(auth::KEY_SWITCH_DELAY * 2 + ms(5_000), |_, _, _, _| {});
+        assert_eq!(
+            down(&c),
+            before,
+            "declared down (previous key kept: {with_previous})"
+        );
+        for i in 0..5 {
+            assert_eq!(live(&c, i), all, "member {i}");
+        }
+        // Everyone sends with the new key now: nothing more arrives under the old one.
+        let old_key = |c: &Cluster| -> u64 {
+            (0..5)
+                .map(|i| c.member(i).unwrap().counters().previous_key)
+                .sum()
+        };
+        let seen = old_key(&c);
+        c.run_for(ms(3_000), |_, _, _, _| {});
+        assert_eq!(old_key(&c), seen);
+    }
+}
+
+#[test]
 fn an_authenticated_but_undecodable_datagram_is_counted_as_a_protocol_error() {
     let mut m = lone("node-0", 1);
     for junk in [
-        auth::seal(&key(7), &[0xff; 10]),
-        auth::seal_on(&key(7), Channel::State, &[0xff; 10]),
+        sealed(Channel::Swim, &[0xff; 10]),
+        sealed(Channel::State, &[0xff; 10]),
     ] {
         let before = m.counters().protocol_errors;
         let out = m.handle_datagram(&junk);
@@ -315,6 +464,67 @@ fn a_join_round_sends_nothing_once_every_seed_is_live() {
         "rounds go on, to notice a seed that goes missing"
     );
     assert!(a.join(&seeds).is_empty());
+}
+
+/// What a speaker of the version before sends: the same content in the version-1 format
+/// (no stamp), and it ignores version 2 (`None`).
+fn as_v1(datagram: &[u8]) -> Option<Vec<u8>> {
+    let o = auth::open_any(&[&key(7)], datagram).ok()?;
+    o.stamp?;
+    Some(auth::seal_v1(&key(7), o.channel, o.payload))
+}
+
+#[test]
+fn a_speaker_of_the_version_before_is_answered_in_its_format_and_both_see_each_other() {
+    let at = |i: usize| {
+        Membership::new(
+            SpeakerId {
+                node: Cluster::name(i),
+                addr: Cluster::addr(i),
+                generation: 1,
+            },
+            key(7),
+            &MembershipConfig::default(),
+            i as u64,
+        )
+    };
+    // `old` stands for the former version: what it sends is turned into version 1, and what
+    // reaches it in version 2 is lost (it does not know that magic).
+    let (mut new, mut old) = (at(0), at(1));
+    let mut to_new: Vec<Vec<u8>> = Vec::new();
+    for o in old.join(&seeds(2)) {
+        if let Output::Send { datagram, .. } = o {
+            to_new.extend(as_v1(&datagram));
+        }
+    }
+    let mut rounds = 0;
+    while !to_new.is_empty() && rounds < 10 {
+        rounds += 1;
+        let mut to_old = Vec::new();
+        for d in to_new.drain(..) {
+            for o in new.handle_datagram_from(Cluster::addr(1), &d) {
+                if let Output::Send { to, datagram } = o {
+                    assert_eq!(to, Cluster::addr(1));
+                    assert_eq!(
+                        &datagram[..4],
+                        auth::V1_MAGIC.as_slice(),
+                        "answered in version 1"
+                    );
+                    to_old.push(datagram);
+                }
+            }
+        }
+        for d in to_old {
+            for o in old.handle_datagram_from(Cluster::addr(0), &d) {
+                if let Output::Send { datagram, .. } = o {
+                    to_new.extend(as_v1(&datagram));
+                }
+            }
+        }
+    }
+    assert!(new.is_live("node-1") && old.is_live("node-0"));
+    assert!(new.counters().v1_datagrams > 0);
+    assert_eq!(new.counters().auth_failures_total(), 0);
 }
 
 #[test]
@@ -568,8 +778,7 @@ fn a_state_of_more_than_512_bytes_is_refused_and_the_previous_one_stays() {
 #[test]
 fn an_older_or_replayed_state_never_undoes_a_newer_one() {
     let item = |generation, version, state: &[u8]| {
-        auth::seal_on(
-            &key(7),
+        sealed(
             Channel::State,
             &StateItem {
                 node: "node-1".into(),
@@ -659,7 +868,7 @@ proptest! {
     fn decoding_arbitrary_bytes_as_a_state_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
         let _ = StateItem::decode(&bytes);
         let mut m = lone("node-0", 1);
-        let _ = m.handle_datagram(&auth::seal_on(&key(7), Channel::State, &bytes));
+        let _ = m.handle_datagram(&sealed(Channel::State, &bytes));
         prop_assert!(m.states().is_empty());
     }
 }

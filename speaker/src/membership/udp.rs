@@ -4,14 +4,16 @@
 //!  socket.recv_from ─────┐                       ┌─► socket.send_to
 //!  due timers ───────────┤                       ├─► tokio::time::sleep ─► due timers
 //!  watch: seeds ─────────┼─► Membership (core) ──┼─► watch: live nodes
-//!  watch: local state ───┘                       ├─► watch: states of live members
+//!  watch: local state ───┤                       ├─► watch: states of live members
+//!  watch: keys ──────────┘
 //!                                                └─► watch: counters
 //! ```
 //!
-//! Seeds and the local state are watches, not queues: the task reads the latest value, and
-//! a value equal to the current one does not even wake it.
+//! Seeds, the local state and the keys are watches, not queues: the task reads the latest
+//! value, and a value equal to the current one does not even wake it. The core is given the
+//! wall clock before every input.
 
-use super::auth::GossipKey;
+use super::auth::KeyRing;
 use super::core::{
     Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError, Timer,
 };
@@ -50,6 +52,7 @@ pub struct Gossip {
     counters: watch::Receiver<MembershipCounters>,
     seeds: watch::Sender<Vec<(String, SocketAddr)>>,
     local_state: watch::Sender<Vec<u8>>,
+    keys: watch::Sender<KeyRing>,
     task: JoinHandle<()>,
 }
 
@@ -60,9 +63,10 @@ impl Gossip {
         node: String,
         bind: SocketAddr,
         advertise: SocketAddr,
-        key: GossipKey,
+        keys: impl Into<KeyRing>,
         config: MembershipConfig,
     ) -> Result<Gossip, MembershipError> {
+        let keys: KeyRing = keys.into();
         let socket = UdpSocket::bind(bind)
             .await
             .map_err(|source| MembershipError::Bind { addr: bind, source })?;
@@ -75,18 +79,20 @@ impl Gossip {
             generation,
         };
         let seed = generation ^ super::super::l2::election::score(&node, advertise.ip());
-        let core = Membership::new(me, key, &config, seed);
+        let core = Membership::new(me, keys.clone(), &config, seed);
         let (live_tx, live) = watch::channel(core.live_nodes());
         let (states_tx, states) = watch::channel(core.states());
         let (counters_tx, counters) = watch::channel(MembershipCounters::default());
         let (seeds, seeds_rx) = watch::channel(Vec::new());
         let (local_state, local_state_rx) = watch::channel(Vec::new());
+        let (keys, keys_rx) = watch::channel(keys);
         let task = tokio::spawn(run(
             core,
             socket,
             Inputs {
                 seeds: seeds_rx,
                 local_state: local_state_rx,
+                keys: keys_rx,
             },
             Watches {
                 live: live_tx,
@@ -100,6 +106,7 @@ impl Gossip {
             counters,
             seeds,
             local_state,
+            keys,
             task,
         })
     }
@@ -141,6 +148,18 @@ impl Gossip {
         Ok(())
     }
 
+    /// Replaces the keys (a rotation: send with the new one, accept it and the previous one);
+    /// the same keys again cost nothing.
+    pub fn set_keys(&self, keys: KeyRing) {
+        self.keys.send_if_modified(|k| {
+            let changed = *k != keys;
+            if changed {
+                *k = keys;
+            }
+            changed
+        });
+    }
+
     /// A watch of the states of live members by node (this one's included), sent only when
     /// they change.
     pub fn states(&self) -> watch::Receiver<States> {
@@ -162,6 +181,14 @@ impl Drop for Gossip {
 struct Inputs {
     seeds: watch::Receiver<Vec<(String, SocketAddr)>>,
     local_state: watch::Receiver<Vec<u8>>,
+    keys: watch::Receiver<KeyRing>,
+}
+
+/// The wall clock, Unix milliseconds.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 struct Watches {
@@ -187,19 +214,34 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
     loop {
         let out = tokio::select! {
             r = socket.recv_from(&mut buf) => match r {
-                Ok((n, _from)) => core.handle_datagram(&buf[..n]),
+                Ok((n, from)) => {
+                    core.set_time(wall_ms());
+                    core.handle_datagram_from(from, &buf[..n])
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "gossip receive failed");
                     continue;
                 }
             },
-            Some(t) = timers.recv() => core.handle_timer(t),
+            Some(t) = timers.recv() => {
+                core.set_time(wall_ms());
+                core.handle_timer(t)
+            }
             Ok(()) = inputs.seeds.changed() => {
                 let peers = inputs.seeds.borrow_and_update().clone();
+                core.set_time(wall_ms());
                 core.join(&peers)
+            }
+            Ok(()) = inputs.keys.changed() => {
+                let keys = inputs.keys.borrow_and_update().clone();
+                tracing::info!("gossip keys changed: the new one is used to send in 10 s");
+                core.set_time(wall_ms());
+                core.set_keys(keys);
+                continue;
             }
             Ok(()) = inputs.local_state.changed() => {
                 let state = inputs.local_state.borrow_and_update().clone();
+                core.set_time(wall_ms());
                 match core.set_local_state(state) {
                     Ok(out) => out,
                     Err(e) => {
