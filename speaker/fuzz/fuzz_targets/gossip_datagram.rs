@@ -19,6 +19,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = m.handle_datagram(data);
     assert_eq!(m.counters().protocol_errors, 0);
     // As if a key holder had sent it.
-    let _ = m.handle_datagram(&auth::seal(&key, data));
+    let stamp = auth::Stamp {
+        boot: 2,
+        seq: 1,
+        time_ms: 0,
+    };
+    let _ = m.handle_datagram(&auth::seal_on(&key, auth::Channel::Swim, stamp, data));
     assert!(m.live_nodes().contains("fuzz"));
 });
