@@ -488,10 +488,30 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
     let all = [0, 1, 2];
     lab.wait_for_route(ip, &all, CONVERGE)
         .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
-    lab.wait(CONVERGE, "five answers in a row through the router", || {
-        (0..5)
-            .all(|_| lab.ask_from_remote(ip).is_ok())
+    // Counting starts once the router is done: every session up with BFD at its agreed
+    // timers, and the router's routes unchanged for 2 s (a multipath route rewritten while a
+    // request is in flight resets it, restart or not).
+    lab.wait(
+        CONVERGE,
+        "every session Established with BFD at 900 ms",
+        || {
+            let s = lab.bgp_sessions().ok()?;
+            (s.len() == NODE_NAMES.len()
+                && s.iter().all(|(_, st)| {
+                    st.bgp_state == "Established"
+                        && st.bfd_detection_time.as_deref() == Some("900ms")
+                }))
             .then_some(())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: {:?}", lab.bgp_sessions()));
+    let mut stable_since = (lab.router.show_routes(), std::time::Instant::now());
+    lab.wait(CONVERGE, "the router's routes unchanged for 2 s", || {
+        let now = lab.router.show_routes();
+        if now != stable_since.0 {
+            stable_since = (now, std::time::Instant::now());
+        }
+        (stable_since.1.elapsed() >= Duration::from_secs(2)).then_some(())
     })
     .unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
