@@ -27,7 +27,7 @@ use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
 use ferrolb_speaker::shell::snapshot::secret_bytes;
 use ferrolb_speaker::shell::status::{StatusQueue, StatusWriter};
-use ferrolb_speaker::shell::{Settings, Speaker, decode_unable, encode_unable};
+use ferrolb_speaker::shell::{MemberState, Settings, Speaker};
 use ferrolb_telemetry::events::{self, EventQueue};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use futures::StreamExt;
@@ -90,6 +90,12 @@ struct Args {
     /// withdraws at once. Keep it below the Pod's terminationGracePeriodSeconds.
     #[arg(long, env = "FERROLB_BGP_DRAIN_TIME", default_value = "5s", value_parser = drain_time)]
     bgp_drain_time: Duration,
+    /// On SIGTERM, how long this speaker goes on answering ARP/NDP after telling the others
+    /// (over gossip) that it is leaving, so the new owners announce themselves first (the BGP
+    /// drain time counts towards it); 0s hands nothing over: the others take the addresses
+    /// once they see this speaker gone.
+    #[arg(long, env = "FERROLB_L2_HANDOVER_TIME", default_value = "1s", value_parser = drain_time)]
+    l2_handover_time: Duration,
 }
 
 fn drain_time(s: &str) -> Result<Duration, String> {
@@ -217,6 +223,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut states_changed = true;
     let mut secrets_seen = 0u64;
     let mut unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
+    let mut leaving_elsewhere: BTreeSet<String> = BTreeSet::new();
     let run = async {
         loop {
             if let Some(g) = &gossip {
@@ -262,17 +269,33 @@ async fn speaker_main() -> anyhow::Result<()> {
                 metrics.gossip_members.set(live.len() as i64);
                 // Decoded again only when a member's state changed: it is one entry per node.
                 if std::mem::take(&mut states_changed) {
-                    unable_elsewhere = match &gossip_states {
+                    let others: Vec<(String, MemberState)> = match &gossip_states {
                         Some(rx) => rx
                             .borrow()
                             .iter()
                             .filter(|(node, _)| **node != args.node_name)
-                            .map(|(node, s)| (node.clone(), decode_unable(s)))
-                            .filter(|(_, u)| !u.is_empty())
+                            .map(|(node, s)| (node.clone(), MemberState::decode(s)))
                             .collect(),
-                        None => BTreeMap::new(),
+                        None => Vec::new(),
                     };
+                    leaving_elsewhere = others
+                        .iter()
+                        .filter(|(_, s)| s.leaving)
+                        .map(|(node, _)| node.clone())
+                        .collect();
+                    unable_elsewhere = others
+                        .into_iter()
+                        .filter(|(_, s)| !s.unable.is_empty())
+                        .map(|(node, s)| (node, s.unable))
+                        .collect();
                 }
+                // A speaker that is leaving is no candidate owner: its addresses are taken
+                // over (and announced) while it still answers.
+                let live: BTreeSet<String> = if leaving_elsewhere.is_empty() {
+                    live
+                } else {
+                    live.difference(&leaving_elsewhere).cloned().collect()
+                };
                 let host = match last_host_read {
                     Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
                     _ => {
@@ -292,7 +315,11 @@ async fn speaker_main() -> anyhow::Result<()> {
             if let Some(g) = &gossip {
                 if *speaker.unable_here() != published_unable {
                     published_unable = speaker.unable_here().clone();
-                    if let Err(e) = g.set_local_state(encode_unable(&published_unable)) {
+                    let state = MemberState {
+                        unable: published_unable.clone(),
+                        leaving: false,
+                    };
+                    if let Err(e) = g.set_local_state(state.encode()) {
                         warn!(error = %e, "cannot publish the addresses this node cannot answer for");
                     }
                 }
@@ -338,9 +365,20 @@ async fn speaker_main() -> anyhow::Result<()> {
     };
     tokio::select! {
         _ = run => {}
-        _ = ferrolb_telemetry::shutdown_signal() => info!(drain = ?args.bgp_drain_time, "shutting down: draining BGP routes, then withdrawing announcements"),
+        _ = ferrolb_telemetry::shutdown_signal() => info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements"),
     }
-    speaker.shutdown(args.bgp_drain_time).await;
+    if let Some(g) = gossip.as_ref().filter(|_| !args.l2_handover_time.is_zero()) {
+        let state = MemberState {
+            unable: published_unable.clone(),
+            leaving: true,
+        };
+        if let Err(e) = g.set_local_state(state.encode()) {
+            warn!(error = %e, "cannot tell the other speakers this one is leaving");
+        }
+    }
+    speaker
+        .shutdown(args.bgp_drain_time, args.l2_handover_time)
+        .await;
     let _ = shutdown_tx.send(true);
     Ok(())
 }

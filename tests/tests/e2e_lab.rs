@@ -515,7 +515,12 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
     })
     .unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let client = lab.ask_from_remote_every(ip, Duration::from_millis(10), stop.clone());
+    let client = lab.ask_from_remote_every(
+        ip,
+        Duration::from_millis(10),
+        Duration::from_secs(2),
+        stop.clone(),
+    );
     let started = std::time::Instant::now();
     let mut steps = Vec::new();
     for i in all {
@@ -641,4 +646,78 @@ fn a_peer_removed_while_down_leaves_no_session_state_and_no_session_metric() {
     });
     // The router that exists is untouched.
     assert_eq!(lab.bgp_sessions().unwrap().len(), NODE_NAMES.len());
+}
+
+/// Stops `web`'s layer-2 owner as a node drain does (SIGTERM to its speaker, then the node
+/// goes away once the speaker has exited) while the client on the segment asks every 20 ms,
+/// each request given up after 250 ms; returns (requests, lost, the old owner, the new one).
+fn drain_the_l2_owner(lab: &mut Lab) -> (usize, Vec<ferrolb_tests::lab::NoAnswer>, String, String) {
+    let services = addresses(lab);
+    let ip = address_of(&services, "web");
+    let old = owner(lab, ip);
+    // Every speaker sees the others: the owner is the same everywhere.
+    lab.wait(CONVERGE, "five answers in a row from the owner", || {
+        (0..5)
+            .all(|_| lab.ask_from_client(ip).is_ok_and(|a| a == old))
+            .then_some(())
+    })
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A client that gives a request up after 250 ms: a SYN that waits for ARP to find the new
+    // owner (its retransmission comes after 1 s) counts as lost.
+    let client = lab.ask_from_client_every(
+        ip,
+        Duration::from_millis(20),
+        Duration::from_millis(250),
+        stop.clone(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let i = Topology::node_index(&old).unwrap();
+    assert!(
+        lab.stop_speaker(i, Duration::from_secs(30)),
+        "the speaker ignored SIGTERM"
+    );
+    lab.topo.set_node_link(i, false).unwrap();
+    let new = lab
+        .wait(CONVERGE, "a new owner answering", || {
+            lab.ask_from_client(ip).ok().filter(|a| *a != old)
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-a.log", 30)));
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let requests = client.join().unwrap().expect("the client ran");
+    let lost = requests
+        .lost()
+        .into_iter()
+        .map(|(at, why)| {
+            eprintln!(
+                "lost: the request sent {at:?} after the client started (SIGTERM at 500ms): {why:?}"
+            );
+            why.clone().unwrap_err()
+        })
+        .collect();
+    (requests.results.len(), lost, old, new)
+}
+
+#[test]
+fn a_drained_owner_hands_its_address_over_before_it_stops_answering() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let (asked, lost, old, new) = drain_the_l2_owner(&mut lab);
+    eprintln!(
+        "node drain of {old} (SIGTERM to its speaker, then the node gone): {asked} requests \
+         every 20 ms from the segment, {} lost; {new} answers now",
+        lost.len()
+    );
+    assert_ne!(old, new);
+    // The address is answered throughout: no request waits for ARP (without the handover,
+    // 2-3 of them time out here). The one connection in flight when the client's cache
+    // switches to the new owner's MAC may be reset: its state is on the old node.
+    assert!(
+        lost.iter()
+            .all(|l| matches!(l, ferrolb_tests::lab::NoAnswer::Refused(_)))
+            && lost.len() <= 1,
+        "requests lost while {old} was drained: {lost:?}"
+    );
 }

@@ -627,43 +627,74 @@ impl Speaker {
         self.export_l2();
     }
 
-    /// Withdraws everything: BGP routes are first announced with GRACEFUL_SHUTDOWN (RFC 8326)
-    /// and kept for `drain` (when it is not zero), then answers stop and sessions close with
-    /// Cease.
-    pub async fn shutdown(&mut self, drain: std::time::Duration) {
-        if let Some(b) = &self.bgp
-            && !drain.is_zero()
-        {
-            let started = std::time::Instant::now();
-            b.drain(drain).await;
-            tokio::time::sleep(drain.saturating_sub(started.elapsed())).await;
-        }
-        if let Some(r) = &self.responder {
-            let _ = r.set_owned(&BTreeMap::new());
-        }
+    /// Withdraws everything. At once, BGP routes are announced again with GRACEFUL_SHUTDOWN
+    /// (RFC 8326) and kept for `drain` (when it is not zero), and ARP/NDP answers go on for
+    /// `handover` (while the other speakers, told this one is leaving, take its addresses over
+    /// and announce them); then answers stop, and last the sessions close with Cease.
+    pub async fn shutdown(&mut self, drain: std::time::Duration, handover: std::time::Duration) {
+        let started = std::time::Instant::now();
+        let l2 = async {
+            if let Some(r) = &self.responder {
+                tokio::time::sleep(handover).await;
+                let _ = r.set_owned(&BTreeMap::new());
+            }
+        };
+        let bgp = async {
+            if let Some(b) = &self.bgp
+                && !drain.is_zero()
+            {
+                b.drain(drain).await;
+                tokio::time::sleep(drain.saturating_sub(started.elapsed())).await;
+            }
+        };
+        futures::join!(l2, bgp);
         if let Some(b) = &self.bgp {
             b.shutdown().await;
         }
     }
 }
 
-/// The gossip state that carries the addresses a node cannot answer for: JSON, at most
-/// [`MAX_UNABLE`] addresses (the rest are still reported locally, in logs, Events and metrics).
-pub fn encode_unable(unable: &BTreeSet<IpAddr>) -> Vec<u8> {
-    let list: Vec<&IpAddr> = unable.iter().take(MAX_UNABLE).collect();
-    serde_json::to_vec(&serde_json::json!({ "unable": list })).unwrap_or_default()
+/// What a speaker tells the others over gossip: the addresses it cannot answer for (at most
+/// [`MAX_UNABLE`]; the rest are still reported locally, in logs, Events and metrics), and
+/// whether it is leaving (SIGTERM: the others take its addresses over while it still answers).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberState {
+    /// Addresses it was elected for but cannot answer for.
+    pub unable: BTreeSet<IpAddr>,
+    /// It is stopping: not a candidate owner any more.
+    pub leaving: bool,
 }
 
-/// Reads [`encode_unable`]'s output; anything else is an empty set.
-pub fn decode_unable(state: &[u8]) -> BTreeSet<IpAddr> {
-    #[derive(serde::Deserialize)]
-    struct State {
-        #[serde(default)]
-        unable: Vec<IpAddr>,
+impl MemberState {
+    /// JSON, within one datagram; `leaving` is left out when false (the format of speakers
+    /// that knew only `unable`).
+    pub fn encode(&self) -> Vec<u8> {
+        let list: Vec<&IpAddr> = self.unable.iter().take(MAX_UNABLE).collect();
+        let json = if self.leaving {
+            serde_json::json!({ "unable": list, "leaving": true })
+        } else {
+            serde_json::json!({ "unable": list })
+        };
+        serde_json::to_vec(&json).unwrap_or_default()
     }
-    serde_json::from_slice::<State>(state)
-        .map(|s| s.unable.into_iter().collect())
-        .unwrap_or_default()
+
+    /// Reads [`MemberState::encode`]'s output; anything else is the default (nothing unable,
+    /// not leaving).
+    pub fn decode(state: &[u8]) -> MemberState {
+        #[derive(serde::Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            unable: Vec<IpAddr>,
+            #[serde(default)]
+            leaving: bool,
+        }
+        serde_json::from_slice::<Wire>(state)
+            .map(|w| MemberState {
+                unable: w.unable.into_iter().collect(),
+                leaving: w.leaving,
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Addresses carried over gossip at most (keeps the state within one datagram).
@@ -710,14 +741,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unable_addresses_survive_the_gossip_encoding_and_garbage_reads_as_none() {
-        let set: BTreeSet<IpAddr> = ["10.0.0.1", "fd00::1"]
+    fn member_states_survive_the_gossip_encoding_and_garbage_reads_as_the_default() {
+        let unable: BTreeSet<IpAddr> = ["10.0.0.1", "fd00::1"]
             .iter()
             .map(|s| s.parse().unwrap())
             .collect();
-        assert_eq!(decode_unable(&encode_unable(&set)), set);
-        assert!(decode_unable(b"\xff\x00garbage").is_empty());
-        let many: BTreeSet<IpAddr> = (0..100u8).map(|i| IpAddr::from([10, 0, 0, i])).collect();
-        assert!(encode_unable(&many).len() <= 512);
+        for leaving in [false, true] {
+            let st = MemberState {
+                unable: unable.clone(),
+                leaving,
+            };
+            assert_eq!(MemberState::decode(&st.encode()), st);
+        }
+        assert_eq!(
+            MemberState::decode(b"\xff\x00garbage"),
+            MemberState::default()
+        );
+        // What speakers that knew only `unable` sent, and read.
+        assert_eq!(
+            MemberState::decode(br#"{"unable":["10.0.0.1"]}"#)
+                .unable
+                .len(),
+            1
+        );
+        assert!(
+            !String::from_utf8(MemberState::default().encode())
+                .unwrap()
+                .contains("leaving")
+        );
+        let many = MemberState {
+            unable: (0..100u8).map(|i| IpAddr::from([10, 0, 0, i])).collect(),
+            leaving: true,
+        };
+        assert!(many.encode().len() <= 512);
     }
 }

@@ -426,18 +426,28 @@ impl Lab {
         }
     }
 
-    /// Asks `ip` from the client behind the router every `interval` until `stop` is set, on a
-    /// thread of its own; join it for every request's outcome.
+    /// Asks `ip` from the client behind the router every `interval` (each request given up
+    /// after `timeout`) until `stop` is set, on a thread of its own; join it for every
+    /// request's outcome.
     pub fn ask_from_remote_every(
         &self,
         ip: IpAddr,
         interval: Duration,
+        timeout: Duration,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> std::thread::JoinHandle<Result<standin::Requests, NoAnswer>> {
-        let ns = self.topo.remote.name().to_owned();
-        std::thread::spawn(move || {
-            standin::ask_every(&ns, SocketAddr::new(ip, SERVICE_PORT), interval, stop)
-        })
+        ask_every_from(self.topo.remote.name(), ip, interval, timeout, stop)
+    }
+
+    /// The same from the client on the segment.
+    pub fn ask_from_client_every(
+        &self,
+        ip: IpAddr,
+        interval: Duration,
+        timeout: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<Result<standin::Requests, NoAnswer>> {
+        ask_every_from(self.topo.client.name(), ip, interval, timeout, stop)
     }
 
     /// Whether speakers run in this lab.
@@ -638,6 +648,18 @@ impl Drop for Lab {
             let _ = std::fs::remove_dir_all(&self.config.dir);
         }
     }
+}
+
+fn ask_every_from(
+    ns: &str,
+    ip: IpAddr,
+    interval: Duration,
+    timeout: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Result<standin::Requests, NoAnswer>> {
+    let ns = ns.to_owned();
+    let addr = SocketAddr::new(ip, SERVICE_PORT);
+    std::thread::spawn(move || standin::ask_every(&ns, addr, interval, timeout, stop))
 }
 
 /// `GET /metrics` from node `i`'s speaker (`--metrics-addr` is the node's address, port 7473),

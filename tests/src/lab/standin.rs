@@ -145,12 +145,13 @@ impl Requests {
     }
 }
 
-/// Asks `addr` from `ns` every `interval` (a new connection each time, with a 2 s timeout)
-/// until `stop` is set; returns every request's outcome.
+/// Asks `addr` from `ns` every `interval` (a new connection each time, given up after
+/// `timeout`) until `stop` is set; returns every request's outcome.
 pub fn ask_every(
     ns: &str,
     addr: SocketAddr,
     interval: Duration,
+    timeout: Duration,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Requests, NoAnswer> {
     in_namespace(ns, move || {
@@ -159,8 +160,7 @@ pub fn ask_every(
         let mut next = first;
         while !stop.load(std::sync::atomic::Ordering::SeqCst) {
             let started = first.elapsed();
-            out.results
-                .push((started, ask_here(addr, Duration::from_secs(2))));
+            out.results.push((started, ask_here(addr, timeout)));
             next += interval;
             if let Some(rest) = next.checked_duration_since(Instant::now()) {
                 std::thread::sleep(rest);
