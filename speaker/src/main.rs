@@ -6,13 +6,17 @@
 //!  main ─┬─ one watch task per kind (LoadBalancer Services, EndpointSlices, Nodes, speaker Pods,
 //!        │   ferrolb.io kinds, Secrets) ─► Cluster (stripped, indexed) ─► changed ─┐
 //!        ├─ refetch task: the slices of a Service that became ours, listed ───────┤
-//!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses ─────────────────────┤
+//!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses, leaving members ─────┤
 //!        ├─ status task (StatusQueue) and Event task (EventQueue): API writes      │
-//!        ├─ BGPSessionState task (the latest session states, at most once a second) │
+//!        ├─ BGPSessionState task (latest session states, at most once a second)    │
 //!        ├─ telemetry::serve (/metrics /healthz /readyz)                           ▼
 //!        └─ sync loop: once every kind has listed; on change (debounced), or every 5 s for
 //!           interfaces and session metrics ─► Speaker::sync (no API call)
 //! ```
+//!
+//! On SIGTERM: the gossip state says "leaving" (the others take the layer-2 addresses over),
+//! ARP/NDP answers go on for `--l2-handover-time` while BGP routes drain for
+//! `--bgp-drain-time`, then everything is withdrawn.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
