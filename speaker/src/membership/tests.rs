@@ -90,6 +90,20 @@ fn sealed(channel: Channel, payload: &[u8]) -> Vec<u8> {
     auth::seal_on(&key(7), channel, stamp, payload)
 }
 
+/// The member of index `i` of a simulated cluster, outside one (its name and address).
+fn member_at(i: usize) -> Membership {
+    Membership::new(
+        SpeakerId {
+            node: Cluster::name(i),
+            addr: Cluster::addr(i),
+            generation: 1,
+        },
+        key(7),
+        &MembershipConfig::default(),
+        i as u64,
+    )
+}
+
 /// A member that is not part of any simulated cluster.
 fn lone(node: &str, seed: u64) -> Membership {
     Membership::new(
@@ -430,19 +444,7 @@ fn a_member_does_not_announce_to_itself_nor_with_no_seeds() {
 
 #[test]
 fn a_join_round_sends_nothing_once_every_seed_is_live() {
-    let at = |i: usize| {
-        Membership::new(
-            SpeakerId {
-                node: Cluster::name(i),
-                addr: Cluster::addr(i),
-                generation: 1,
-            },
-            key(7),
-            &MembershipConfig::default(),
-            i as u64,
-        )
-    };
-    let (mut a, mut b) = (at(0), at(1));
+    let (mut a, mut b) = (member_at(0), member_at(1));
     let seeds = seeds(2);
     let out = a.join(&seeds);
     let (_, timer) = join_timer(&out).unwrap();
@@ -476,21 +478,9 @@ fn as_v1(datagram: &[u8]) -> Option<Vec<u8>> {
 
 #[test]
 fn a_speaker_of_the_version_before_is_answered_in_its_format_and_both_see_each_other() {
-    let at = |i: usize| {
-        Membership::new(
-            SpeakerId {
-                node: Cluster::name(i),
-                addr: Cluster::addr(i),
-                generation: 1,
-            },
-            key(7),
-            &MembershipConfig::default(),
-            i as u64,
-        )
-    };
     // `old` stands for the former version: what it sends is turned into version 1, and what
     // reaches it in version 2 is lost (it does not know that magic).
-    let (mut new, mut old) = (at(0), at(1));
+    let (mut new, mut old) = (member_at(0), member_at(1));
     let mut to_new: Vec<Vec<u8>> = Vec::new();
     for o in old.join(&seeds(2)) {
         if let Output::Send { datagram, .. } = o {

@@ -63,7 +63,14 @@ pub fn lab(router: RouterKind) -> Option<Lab> {
     let binaries = binaries()?;
     let prefix = netns::unique_prefix("fe2e");
     let dir = std::env::temp_dir().join(&prefix);
-    let lab = Lab::start(LabConfig::new(&prefix, router, binaries, dir))
-        .unwrap_or_else(|e| panic!("the lab did not start: {e}"));
+    let mut config = LabConfig::new(&prefix, router, binaries, dir);
+    // Extra speaker flags, to measure against another setting (the README's baselines:
+    // FERROLB_LAB_SPEAKER_ARGS="--bgp-drain-time=0s --l2-handover-time=0s").
+    if let Ok(extra) = std::env::var("FERROLB_LAB_SPEAKER_ARGS") {
+        config
+            .speaker_args
+            .extend(extra.split_whitespace().map(str::to_owned));
+    }
+    let lab = Lab::start(config).unwrap_or_else(|e| panic!("the lab did not start: {e}"));
     Some(lab)
 }
