@@ -202,6 +202,7 @@ async fn speaker_main() -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         enable_l2: args.enable_l2,
         enable_bgp: args.enable_bgp,
+        l2_handover: args.l2_handover_time,
     };
     let mut speaker = Speaker::new(settings, metrics.clone(), status, events);
     if args.enable_bgp {
@@ -360,10 +361,15 @@ async fn speaker_main() -> anyhow::Result<()> {
                     _ => std::future::pending().await,
                 }
             };
+            // A layer-2 handover ending (this node excluded) is the next deadline, when sooner.
+            let refresh = tokio::time::Instant::now() + ferrolb_speaker::l2::REFRESH_INTERVAL;
+            let wake = speaker
+                .next_deadline()
+                .map_or(refresh, |t| tokio::time::Instant::from_std(t).min(refresh));
             tokio::select! {
                 _ = changed.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
                 states = gossip_changed => states_changed |= states,
-                _ = tokio::time::sleep(ferrolb_speaker::l2::REFRESH_INTERVAL) => {}
+                _ = tokio::time::sleep_until(wake) => {}
             }
         }
     };

@@ -50,6 +50,9 @@ pub struct Settings {
     pub enable_l2: bool,
     /// Run BGP sessions.
     pub enable_bgp: bool,
+    /// How long ARP/NDP answers go on for the addresses this node gives up when it leaves:
+    /// on SIGTERM ([`Speaker::shutdown`]) and when its Node gets the exclusion label.
+    pub l2_handover: std::time::Duration,
 }
 
 /// What one [`Speaker::sync`] did, for logs and tests.
@@ -98,6 +101,11 @@ pub struct Speaker {
     node_uid: Option<String>,
     session_states: sessions::SessionStates,
     session_report: tokio::sync::watch::Sender<Option<Arc<sessions::Report>>>,
+    /// Since when this node carries the exclusion label, as this speaker saw it.
+    excluded_since: Option<std::time::Instant>,
+    /// Addresses given up because this node was excluded, still answered until the instant
+    /// (the others take them over and announce them meanwhile, as on SIGTERM).
+    handing_over: BTreeMap<IpAddr, std::time::Instant>,
 }
 
 impl Speaker {
@@ -137,6 +145,8 @@ impl Speaker {
             node_uid: None,
             session_states: sessions::SessionStates::default(),
             session_report: tokio::sync::watch::Sender::new(None),
+            excluded_since: None,
+            handing_over: BTreeMap::new(),
         }
     }
 
@@ -168,6 +178,10 @@ impl Speaker {
         let mut out = Synced::default();
         let mut touched: BTreeSet<ServiceKey> = changes.services.clone();
         if self.responder.is_some() {
+            if changes.config {
+                self.note_exclusion(cluster);
+            }
+            self.end_handovers(std::time::Instant::now());
             let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
             if let Some(h) = host {
                 if let Some(r) = &self.responder {
@@ -297,8 +311,9 @@ impl Speaker {
             }
         }
         if !changes.is_empty() {
+            let to_responder = self.hold_for_handover(&changes);
             if let Some(r) = &self.responder
-                && let Err(e) = r.change_owned(&changes)
+                && let Err(e) = r.change_owned(&to_responder)
             {
                 warn!(error = %e, "some interfaces could not be opened");
             }
@@ -320,6 +335,85 @@ impl Speaker {
             );
         }
         problems.iter().map(|p| p.ip()).collect()
+    }
+
+    /// Notes when this node gets or loses the exclusion label (a node drain): for
+    /// `l2_handover` after it got it, the addresses it gives up are still answered.
+    fn note_exclusion(&mut self, cluster: &Cluster) {
+        let excluded = cluster.nodes().get(&self.settings.node).is_some_and(|n| {
+            n.labels
+                .contains_key(ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB)
+        });
+        match (excluded, self.excluded_since) {
+            (true, None) => {
+                info!(handover = ?self.settings.l2_handover, "this node is excluded from external load balancers: its layer-2 addresses are answered while the other nodes take them over");
+                self.excluded_since = Some(std::time::Instant::now());
+            }
+            (false, Some(_)) => {
+                info!("this node is no longer excluded from external load balancers");
+                self.excluded_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The ownership changes the responder should apply now: an address given up within
+    /// `l2_handover` of this node's exclusion is answered until that time has passed (kept in
+    /// `handing_over`); one owned again stops being handed over.
+    fn hold_for_handover(
+        &mut self,
+        changes: &BTreeMap<IpAddr, Option<Vec<String>>>,
+    ) -> BTreeMap<IpAddr, Option<Vec<String>>> {
+        let until = self
+            .excluded_since
+            .map(|t| t + self.settings.l2_handover)
+            .filter(|until| *until > std::time::Instant::now());
+        let mut now = BTreeMap::new();
+        for (ip, names) in changes {
+            match (names, until) {
+                (None, Some(until)) if self.answering.contains_key(ip) => {
+                    self.handing_over.insert(*ip, until);
+                }
+                _ => {
+                    if names.is_some() {
+                        self.handing_over.remove(ip);
+                    }
+                    now.insert(*ip, names.clone());
+                }
+            }
+        }
+        now
+    }
+
+    /// Stops answering for the addresses whose handover time has passed at `now`.
+    fn end_handovers(&mut self, now: std::time::Instant) {
+        if self.handing_over.is_empty() {
+            return;
+        }
+        let done: BTreeMap<IpAddr, Option<Vec<String>>> = self
+            .handing_over
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(ip, _)| (*ip, None))
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        self.handing_over.retain(|_, until| *until > now);
+        info!(
+            addresses = done.len(),
+            "handed over: no longer answering for these layer-2 addresses"
+        );
+        if let Some(r) = &self.responder
+            && let Err(e) = r.change_owned(&done)
+        {
+            warn!(error = %e, "some interfaces could not be changed");
+        }
+    }
+
+    /// When [`Speaker::sync`] should run again at the latest (a handover ends), if ever.
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.handing_over.values().min().copied()
     }
 
     /// Logs interfaces that started or stopped failing and interfaces reopened, and exports
@@ -368,7 +462,10 @@ impl Speaker {
             c.gratuitous_arp + c.unsolicited_na,
         );
         advance(&self.metrics.l2_malformed, c.malformed());
-        self.metrics.l2_announced.set(self.answering.len() as i64);
+        // Addresses being handed over are still answered.
+        self.metrics
+            .l2_announced
+            .set((self.answering.len() + self.handing_over.len()) as i64);
         let mut by_reason: BTreeMap<&'static str, i64> = BTreeMap::new();
         for reason in self.unable_reasons.values() {
             *by_reason.entry(reason).or_default() += 1;
