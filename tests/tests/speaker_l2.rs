@@ -360,3 +360,49 @@ fn replacing_the_gossip_key_keeps_every_speaker_live_and_refuses_no_datagram() {
     }
     assert_eq!(failures(&c), before, "datagrams refused during the change");
 }
+
+#[test]
+fn a_restarted_speaker_answers_for_no_address_before_it_has_listed_the_endpoints() {
+    let Some(mut c) = cluster() else { return };
+    let addr = ip("10.99.0.104");
+    advertise(&c, json!({}));
+    let client = c.client();
+    // Two nodes with a ready local endpoint: either may own the address.
+    c.block(async move {
+        service(client.clone(), "restarted", &[addr], true).await;
+        endpoints(client, "restarted", &[("node-a", true), ("node-b", true)]).await;
+    });
+    let owner = c.wait_for_owner(addr, |n| n == "node-a" || n == "node-b");
+    let other = if owner == 0 { 1 } else { 0 };
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+    c.kill_speaker(owner);
+    assert_eq!(
+        c.wait_for_answers(addr, &mac(&c, other)),
+        mac(&c, other),
+        "the other endpoint node takes the address over"
+    );
+    // The owner's speaker comes back while EndpointSlices take 4 s to list. Until it has
+    // them it must not answer, and it must not be a member the others would hand the address
+    // to (were it one, `other` would give the address up to a node that does not answer).
+    c.faults()
+        .set_resource_latency("endpointslices", Duration::from_secs(4));
+    let restarted = std::time::Instant::now();
+    c.start_speaker(owner);
+    let mut checks = 0;
+    while restarted.elapsed() < Duration::from_secs(3) {
+        let seen = c.topo.who_answers(addr).expect("arping runs");
+        assert_eq!(
+            seen,
+            mac(&c, other),
+            "{:?} after the restart, before the endpoints listed",
+            restarted.elapsed()
+        );
+        checks += 1;
+    }
+    assert!(checks >= 1);
+    c.faults()
+        .set_resource_latency("endpointslices", Duration::ZERO);
+    // Once it has listed, it is the owner again (the same live set and endpoints as before).
+    c.wait_for_owner(addr, |n| n == NODE_NAMES[owner]);
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+}

@@ -123,6 +123,21 @@ pub(crate) struct FaultState {
     /// Writes to one object (resource, namespace, name) that fail until cleared.
     pub(crate) object_failures: HashMap<(String, Option<String>, String), Failure>,
     pub(crate) latency: Duration,
+    /// Latency added to requests whose path names a resource (plural), on top of `latency`.
+    pub(crate) resource_latency: HashMap<String, Duration>,
+}
+
+impl FaultState {
+    /// The delay before answering a request for `path`.
+    pub(crate) fn latency_of(&self, path: &str) -> Duration {
+        let named = path
+            .split('/')
+            .filter_map(|segment| self.resource_latency.get(segment))
+            .max()
+            .copied()
+            .unwrap_or_default();
+        self.latency + named
+    }
 }
 
 /// Everything the HTTP layer and the handles share.
@@ -251,6 +266,18 @@ impl Faults {
     /// Adds `latency` before every answer (zero to remove).
     pub fn set_latency(&self, latency: Duration) {
         self.shared.faults.lock().expect("faults lock").latency = latency;
+    }
+
+    /// Adds `latency` before every answer to a request whose path names `resource` (plural,
+    /// e.g. `endpointslices`: its lists and the start of its watches), zero to remove. The
+    /// other resources answer as before.
+    pub fn set_resource_latency(&self, resource: &str, latency: Duration) {
+        let mut f = self.shared.faults.lock().expect("faults lock");
+        if latency.is_zero() {
+            f.resource_latency.remove(resource);
+        } else {
+            f.resource_latency.insert(resource.to_string(), latency);
+        }
     }
 
     /// Forgets the watch cache: a watch from any earlier resourceVersion gets 410 Expired.

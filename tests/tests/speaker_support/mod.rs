@@ -164,6 +164,18 @@ impl Cluster {
         self.speakers[i] = Some(p);
     }
 
+    /// Kills node `i`'s speaker (SIGKILL: no handover, as a crash).
+    pub fn kill_speaker(&mut self, i: usize) {
+        if let Some(mut p) = self.speakers[i].take() {
+            p.kill();
+        }
+    }
+
+    /// The API server's fault-injection handle.
+    pub fn faults(&self) -> ferrolb_tests::apiserver::Faults {
+        self.api.as_ref().expect("API server running").faults()
+    }
+
     /// Runs a future inside the switch namespace (where the API server listens) and waits.
     pub fn block<T: Send + 'static>(
         &self,

@@ -7,6 +7,7 @@
 //! | `POST /_fault/fail?resource=leases&count=1&code=429&retryAfter=2` | 429 with `Retry-After: 2` |
 //! | `POST /_fault/fail?resource=services&verb=watch&count=1` | fail only the next watch |
 //! | `POST /_fault/latency?ms=200` | add 200 ms before every answer (`ms=0` removes it) |
+//! | `POST /_fault/latency?resource=endpointslices&ms=4000` | only requests whose path names endpointslices |
 //! | `POST /_fault/expire-watch-cache` | next watch from an older resourceVersion gets 410 |
 //! | `POST /_fault/restart` | drop every connection and listen again, keeping the stored objects |
 //! | `POST /_fault/clear` | remove pending failures and latency |
@@ -66,8 +67,11 @@ pub async fn fault_endpoint(
         }
         ("POST", "latency") => {
             let ms: u64 = q.get("ms").and_then(|c| c.parse().ok()).unwrap_or(0);
-            f.set_latency(Duration::from_millis(ms));
-            ok(json!({"latencyMs": ms}))
+            match q.get("resource") {
+                Some(resource) => f.set_resource_latency(resource, Duration::from_millis(ms)),
+                None => f.set_latency(Duration::from_millis(ms)),
+            }
+            ok(json!({"latencyMs": ms, "resource": q.get("resource")}))
         }
         ("POST", "expire-watch-cache") => {
             f.expire_watch_cache();

@@ -221,7 +221,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         user_agent: header_str(&headers, header::USER_AGENT).to_string(),
         status: 0,
     };
-    let latency = shared.faults.lock().expect("faults lock").latency;
+    let latency = shared.faults.lock().expect("faults lock").latency_of(&path);
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
