@@ -44,6 +44,9 @@ use tracing::{debug, info, warn};
 /// Services changed since the last trim of free memory that make the next one worthwhile.
 const TRIM_AFTER_CHANGES: usize = 1000;
 
+/// How long a speaker that has met no other waits before it answers as the only one.
+const JOIN_WAIT: Duration = Duration::from_secs(3);
+
 /// Command-line flags; each can also come from the environment variable shown.
 #[derive(Parser, Debug)]
 #[command(name = "ferrolb-speaker", version, about)]
@@ -229,6 +232,13 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut secrets_seen = 0u64;
     let mut unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
     let mut leaving_elsewhere: BTreeSet<String> = BTreeSet::new();
+    // Joining: until gossip has met another speaker, this one sees itself alone and would
+    // elect itself for every address (and announce them). It answers for nothing until it
+    // has met one (whose reply lists the others), or no other speaker Pod exists, or
+    // JOIN_WAIT has passed (the others are all down).
+    let mut gossip_started = Instant::now();
+    let mut joined = false;
+    let mut alone = false;
     let run = async {
         loop {
             if let Some(g) = &gossip {
@@ -248,6 +258,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                 if let Some((key, bind)) = inputs {
                     secrets_seen = cluster.lock().expect("cluster lock").secrets_version();
                     gossip = start_gossip(&args, key, bind).await;
+                    gossip_started = Instant::now();
                     gossip_live = gossip.as_ref().map(Gossip::live);
                     gossip_states = gossip.as_ref().map(Gossip::states);
                     states_changed = true;
@@ -263,7 +274,11 @@ async fn speaker_main() -> anyhow::Result<()> {
                 // Seeds and the fallback live set change only with speaker Pods and Nodes.
                 if model.speakers_changed() {
                     match &gossip {
-                        Some(g) => g.set_seeds(seeds(&model, &args)),
+                        Some(g) => {
+                            let seeds = seeds(&model, &args);
+                            alone = seeds.is_empty();
+                            g.set_seeds(seeds);
+                        }
                         None => fallback_live = kubernetes_live(&model, &args.node_name),
                     }
                 }
@@ -301,6 +316,17 @@ async fn speaker_main() -> anyhow::Result<()> {
                 } else {
                     live.difference(&leaving_elsewhere).cloned().collect()
                 };
+                if !joined && gossip.is_some() {
+                    joined = live.len() > 1 || alone || gossip_started.elapsed() >= JOIN_WAIT;
+                    if joined {
+                        info!(members = live.len(), after = ?gossip_started.elapsed(), "joined the other speakers");
+                    }
+                }
+                let l2_live = if joined || gossip.is_none() {
+                    live.clone()
+                } else {
+                    BTreeSet::new()
+                };
                 let host = match last_host_read {
                     Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
                     _ => {
@@ -308,7 +334,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                         Some(ferrolb_speaker::l2::iface::system_interfaces())
                     }
                 };
-                let synced = speaker.sync(&mut model, &live, &unable_elsewhere, host);
+                let synced = speaker.sync(&mut model, &l2_live, &unable_elsewhere, host);
                 if model.refetch_pending() {
                     refetch.notify_one();
                 }
@@ -363,9 +389,13 @@ async fn speaker_main() -> anyhow::Result<()> {
             };
             // A layer-2 handover ending (this node excluded) is the next deadline, when sooner.
             let refresh = tokio::time::Instant::now() + ferrolb_speaker::l2::REFRESH_INTERVAL;
+            let joining = (!joined && gossip.is_some()).then(|| gossip_started + JOIN_WAIT);
             let wake = speaker
                 .next_deadline()
-                .map_or(refresh, |t| tokio::time::Instant::from_std(t).min(refresh));
+                .into_iter()
+                .chain(joining)
+                .map(tokio::time::Instant::from_std)
+                .fold(refresh, tokio::time::Instant::min);
             tokio::select! {
                 _ = changed.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
                 states = gossip_changed => states_changed |= states,

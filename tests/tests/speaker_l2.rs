@@ -406,3 +406,48 @@ fn a_restarted_speaker_answers_for_no_address_before_it_has_listed_the_endpoints
     c.wait_for_owner(addr, |n| n == NODE_NAMES[owner]);
     assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
 }
+
+/// `ferrolb_layer2_gratuitous_sent_total` of node `i`'s speaker.
+fn gratuitous_sent(c: &Cluster, i: usize) -> Option<u64> {
+    c.metrics(i)?
+        .lines()
+        .find_map(|l| l.strip_prefix("ferrolb_layer2_gratuitous_sent_total "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[test]
+fn a_restarted_speaker_that_owns_nothing_announces_nothing_while_it_joins() {
+    let Some(mut c) = cluster() else { return };
+    let addr = ip("10.99.0.105");
+    advertise(&c, json!({}));
+    let client = c.client();
+    c.block(async move {
+        service(client.clone(), "joining", &[addr], false).await;
+        endpoints(client, "joining", &[("node-a", true)]).await;
+    });
+    let owner = c.wait_for_owner(addr, |_| true);
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+    // A speaker that is not the owner restarts. Before it has joined the others it sees
+    // itself alone, and would elect itself for every address: it must wait for the others.
+    let other = (owner + 1) % NODE_NAMES.len();
+    c.kill_speaker(other);
+    c.start_speaker(other);
+    let sent = c.wait("the restarted speaker to serve its metrics", || {
+        gratuitous_sent(&c, other)
+    });
+    c.wait_for_gossip();
+    assert_eq!(
+        gratuitous_sent(&c, other),
+        Some(sent),
+        "the restarted speaker announced an address it does not own"
+    );
+    assert_eq!(
+        sent, 0,
+        "{} sent gratuitous ARP/NA after its restart",
+        NODE_NAMES[other]
+    );
+    assert_eq!(c.owners(addr), vec![NODE_NAMES[owner].to_string()]);
+    assert_eq!(c.wait_for_answers(addr, &mac(&c, owner)), mac(&c, owner));
+}
