@@ -872,3 +872,105 @@ fn an_owner_whose_node_gets_the_exclusion_label_answers_until_the_new_owner_has_
         "requests lost while {old} was drained: {lost:?}"
     );
 }
+
+/// `ferrolb_gossip_members` of node `i`'s speaker.
+fn gossip_members(lab: &Lab, i: usize) -> Option<u64> {
+    lab.speaker_metrics(i)?
+        .lines()
+        .find_map(|l| l.strip_prefix("ferrolb_gossip_members "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[test]
+fn restarting_every_speaker_one_at_a_time_loses_no_request_to_a_layer2_service() {
+    let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let ip = address_of(&services, "web");
+    let old = owner(&lab, ip);
+    lab.wait(CONVERGE, "five answers in a row from the owner", || {
+        (0..5)
+            .all(|_| lab.ask_from_client(ip).is_ok_and(|a| a == old))
+            .then_some(())
+    })
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A request every 10 ms from the segment, given up after 250 ms: one that waits for ARP
+    // (the SYN is sent again after 1 s) counts as lost.
+    let client = lab.ask_from_client_every(
+        ip,
+        Duration::from_millis(10),
+        Duration::from_millis(250),
+        stop.clone(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let started = std::time::Instant::now();
+    let mut steps = Vec::new();
+    for i in 0..NODE_NAMES.len() {
+        // As a DaemonSet rolling update does: SIGTERM, a new speaker once the old one has
+        // exited, the next node once the new one has joined the others.
+        let at = started.elapsed();
+        assert!(
+            lab.stop_speaker(i, Duration::from_secs(30)),
+            "the speaker of {} ignored SIGTERM",
+            NODE_NAMES[i]
+        );
+        let gone = started.elapsed();
+        lab.start_speaker(i).unwrap();
+        lab.wait(CONVERGE, "the new speaker to see all three", || {
+            (gossip_members(&lab, i)? == NODE_NAMES.len() as u64).then_some(())
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\n{}",
+                lab.log_tail(&format!("speaker-{}.log", NODE_NAMES[i]), 30)
+            )
+        });
+        steps.push(format!(
+            "{}: SIGTERM at {:.1} s, exited {:.1} s later, joined again at {:.1} s",
+            NODE_NAMES[i],
+            at.as_secs_f64(),
+            (gone - at).as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    // The owner took its address back: the client has moved with it.
+    lab.wait(CONVERGE, "the first owner answering again", || {
+        (lab.ask_from_client(ip).ok()? == old).then_some(())
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let requests = client.join().unwrap().expect("the client ran");
+    // The one connection in flight when the client's ARP cache switches to another node's
+    // MAC is reset by that node (its state was on the other): counted apart, as in the BGP
+    // test. A timeout (a request that waited for ARP) is lost.
+    let (moved, lost) = split_flow_moves(&requests);
+    eprintln!(
+        "layer-2 rolling restart of 3 speakers: {} requests every 10 ms from the segment, {} \
+         lost, {} reset as the client moved to another node's MAC\n{}",
+        requests.results.len(),
+        lost.len(),
+        moved.len(),
+        steps.join("\n")
+    );
+    let slots = started.elapsed().as_millis() / 10;
+    assert!(
+        requests.results.len() as u128 * 2 >= slots,
+        "{} requests in {slots} slots",
+        requests.results.len()
+    );
+    // The address moves away from its owner and back: twice.
+    assert!(
+        moved.len() <= 2,
+        "{} resets as the client moved: {moved:?}",
+        moved.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "lost (request start after the client's, outcome, answered before, answered after): {lost:?}"
+    );
+}
