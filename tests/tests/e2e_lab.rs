@@ -909,14 +909,13 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_to_a_layer2_service()
     std::thread::sleep(Duration::from_secs(1));
     let started = std::time::Instant::now();
     let mut steps = Vec::new();
-    for i in 0..NODE_NAMES.len() {
+    for (i, name) in NODE_NAMES.iter().enumerate() {
         // As a DaemonSet rolling update does: SIGTERM, a new speaker once the old one has
         // exited, the next node once the new one has joined the others.
         let at = started.elapsed();
         assert!(
             lab.stop_speaker(i, Duration::from_secs(30)),
-            "the speaker of {} ignored SIGTERM",
-            NODE_NAMES[i]
+            "the speaker of {name} ignored SIGTERM"
         );
         let gone = started.elapsed();
         lab.start_speaker(i).unwrap();
