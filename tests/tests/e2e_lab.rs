@@ -588,13 +588,7 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
         moved.len(),
         steps.join("\n")
     );
-    // The client kept its pace through the whole restart (at least half its 10 ms slots).
-    let slots = started.elapsed().as_millis() / 10;
-    assert!(
-        requests.results.len() as u128 * 2 >= slots,
-        "{} requests in {slots} slots",
-        requests.results.len()
-    );
+    assert_kept_pace(&requests, started);
     // The flow moves at most twice per restarted node (away from it, and back).
     assert!(
         moved.len() <= 2 * all.len(),
@@ -605,6 +599,16 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
         lost.is_empty(),
         "{}\nlost (request start after the client's, outcome, answered before, answered after): {lost:?}",
         lab.router.show_routes()
+    );
+}
+
+/// The client, asking every 10 ms, kept its pace from `started` on (at least half its slots).
+fn assert_kept_pace(requests: &ferrolb_tests::lab::Requests, started: std::time::Instant) {
+    let slots = started.elapsed().as_millis() / 10;
+    assert!(
+        requests.results.len() as u128 * 2 >= slots,
+        "{} requests in {slots} slots",
+        requests.results.len()
     );
 }
 
@@ -705,20 +709,26 @@ fn a_peer_removed_while_down_leaves_no_session_state_and_no_session_metric() {
     assert_eq!(lab.bgp_sessions().unwrap().len(), NODE_NAMES.len());
 }
 
-/// Stops `web`'s layer-2 owner as a node drain does (SIGTERM to its speaker, then the node
-/// goes away once the speaker has exited) while the client on the segment asks every 20 ms,
-/// each request given up after 250 ms; returns (requests, lost, the old owner, the new one).
-fn drain_the_l2_owner(lab: &mut Lab) -> (usize, Vec<ferrolb_tests::lab::NoAnswer>, String, String) {
+/// `web`'s IPv4 address and its layer-2 owner, once the client gets five answers in a row
+/// from that owner (every speaker sees the others: the owner is the same everywhere).
+fn web_and_its_owner(lab: &Lab) -> (IpAddr, String) {
     let services = addresses(lab);
     let ip = address_of(&services, "web");
     let old = owner(lab, ip);
-    // Every speaker sees the others: the owner is the same everywhere.
     lab.wait(CONVERGE, "five answers in a row from the owner", || {
         (0..5)
             .all(|_| lab.ask_from_client(ip).is_ok_and(|a| a == old))
             .then_some(())
     })
     .unwrap();
+    (ip, old)
+}
+
+/// Stops `web`'s layer-2 owner as a node drain does (SIGTERM to its speaker, then the node
+/// goes away once the speaker has exited) while the client on the segment asks every 20 ms,
+/// each request given up after 250 ms; returns (requests, lost, the old owner, the new one).
+fn drain_the_l2_owner(lab: &mut Lab) -> (usize, Vec<ferrolb_tests::lab::NoAnswer>, String, String) {
+    let (ip, old) = web_and_its_owner(lab);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // A client that gives a request up after 250 ms: a SYN that waits for ARP to find the new
     // owner (its retransmission comes after 1 s) counts as lost.
@@ -795,16 +805,8 @@ fn an_owner_whose_node_gets_the_exclusion_label_answers_until_the_new_owner_has_
     let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
         return;
     };
-    let services = addresses(&lab);
-    let ip = address_of(&services, "web");
-    let old = owner(&lab, ip);
+    let (ip, old) = web_and_its_owner(&lab);
     let i = Topology::node_index(&old).unwrap();
-    lab.wait(CONVERGE, "five answers in a row from the owner", || {
-        (0..5)
-            .all(|_| lab.ask_from_client(ip).is_ok_and(|a| a == old))
-            .then_some(())
-    })
-    .unwrap();
     // The owner answers for `web` only: its other addresses are elsewhere or not layer 2.
     let before = l2_announced(&lab, i).expect("the owner's metrics");
     assert!(before >= 1, "{old} announces {before} addresses");
@@ -888,15 +890,7 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_to_a_layer2_service()
     let Some(mut lab) = e2e_support::lab(RouterKind::Bird) else {
         return;
     };
-    let services = addresses(&lab);
-    let ip = address_of(&services, "web");
-    let old = owner(&lab, ip);
-    lab.wait(CONVERGE, "five answers in a row from the owner", || {
-        (0..5)
-            .all(|_| lab.ask_from_client(ip).is_ok_and(|a| a == old))
-            .then_some(())
-    })
-    .unwrap();
+    let (ip, old) = web_and_its_owner(&lab);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // A request every 10 ms from the segment, given up after 250 ms: one that waits for ARP
     // (the SYN is sent again after 1 s) counts as lost.
@@ -956,12 +950,7 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_to_a_layer2_service()
         moved.len(),
         steps.join("\n")
     );
-    let slots = started.elapsed().as_millis() / 10;
-    assert!(
-        requests.results.len() as u128 * 2 >= slots,
-        "{} requests in {slots} slots",
-        requests.results.len()
-    );
+    assert_kept_pace(&requests, started);
     // The address moves away from its owner and back: twice.
     assert!(
         moved.len() <= 2,
