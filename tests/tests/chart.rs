@@ -312,7 +312,7 @@ fn speaker_capabilities_are_exactly_net_raw_and_net_admin() {
         let capabilities = security.capabilities.as_ref().expect("capabilities");
         let mut added = capabilities.add.clone().unwrap_or_default();
         added.sort();
-        assert_eq!(added, ["NET_ADMIN", "NET_RAW"], "{name}");
+        assert_eq!(added, ["NET_ADMIN", "NET_RAW", "SYS_NICE"], "{name}");
         assert_eq!(
             capabilities.drop.as_deref(),
             Some(&["ALL".to_owned()][..]),

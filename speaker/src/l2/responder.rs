@@ -618,6 +618,31 @@ fn filtered_packet_socket() -> io::Result<(RawFd, Socket)> {
     Ok((socket.into_raw_fd(), second))
 }
 
+/// The real-time priority of the ARP/NDP readers (`SCHED_FIFO`, low: above every ordinary
+/// process, below the kernel's own real-time threads).
+const READER_PRIORITY: i32 = 10;
+
+/// Gives the calling reader thread real-time priority, so an answer does not wait behind busy
+/// processes for a CPU (the kernel answers its own addresses in softirq context). Needs
+/// `CAP_SYS_NICE`; without it the thread keeps its ordinary priority, said once in the log.
+/// The kernel's real-time throttling (by default 95 % of each CPU) bounds what a flood of
+/// requests can take.
+#[allow(unsafe_code)] // sched_setscheduler(2) has no safe wrapper in std or libc.
+fn raise_priority() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let param = libc::sched_param {
+        sched_priority: READER_PRIORITY,
+    };
+    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        WARNED.call_once(|| {
+        tracing::info!(error = %e, "ARP/NDP readers keep an ordinary priority (real-time needs CAP_SYS_NICE): answers may wait behind busy processes");
+    });
+    }
+}
+
 /// Reads and answers until the responder stops or the port is closed or fails.
 ///
 /// When its interface goes down or is deleted, the kernel sets `ENETDOWN` on the socket (pnet
@@ -627,6 +652,7 @@ fn filtered_packet_socket() -> io::Result<(RawFd, Socket)> {
 /// port failed and ends, and the next reconcile opens a new port. Other errors are retried
 /// with a growing pause, never in a busy loop.
 fn receive_loop(inner: &Inner, port: &Port, mut rx: Box<dyn DataLinkReceiver>) {
+    raise_priority();
     let mut backoff = Duration::from_millis(10);
     while !inner.stop.load(Ordering::Relaxed) && !port.closed.load(Ordering::Relaxed) {
         match rx.next() {
