@@ -630,11 +630,13 @@ const READER_PRIORITY: i32 = 10;
 #[allow(unsafe_code)] // sched_setscheduler(2) has no safe wrapper in std or libc.
 fn raise_priority() {
     static WARNED: std::sync::Once = std::sync::Once::new();
-    let param = libc::sched_param {
-        sched_priority: READER_PRIORITY,
+    // SAFETY: sched_param is plain integers (musl's has more fields than glibc's), for which
+    // all zeroes is valid; pid 0 is the calling thread.
+    let rc = unsafe {
+        let mut param: libc::sched_param = std::mem::zeroed();
+        param.sched_priority = READER_PRIORITY;
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param)
     };
-    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
         WARNED.call_once(|| {
