@@ -322,10 +322,11 @@ async fn speaker_main() -> anyhow::Result<()> {
                         info!(members = live.len(), after = ?gossip_started.elapsed(), "joined the other speakers");
                     }
                 }
+                let nobody = BTreeSet::new();
                 let l2_live = if joined || gossip.is_none() {
-                    live.clone()
+                    &live
                 } else {
-                    BTreeSet::new()
+                    &nobody
                 };
                 let host = match last_host_read {
                     Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
@@ -334,7 +335,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                         Some(ferrolb_speaker::l2::iface::system_interfaces())
                     }
                 };
-                let synced = speaker.sync(&mut model, &l2_live, &unable_elsewhere, host);
+                let synced = speaker.sync(&mut model, l2_live, &unable_elsewhere, host);
                 if model.refetch_pending() {
                     refetch.notify_one();
                 }

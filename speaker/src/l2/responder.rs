@@ -640,8 +640,11 @@ fn raise_priority() {
     if rc != 0 {
         let e = std::io::Error::last_os_error();
         WARNED.call_once(|| {
-        tracing::info!(error = %e, "ARP/NDP readers keep an ordinary priority (real-time needs CAP_SYS_NICE): answers may wait behind busy processes");
-    });
+            tracing::info!(
+                error = %e,
+                "ARP/NDP readers keep an ordinary priority (real-time needs CAP_SYS_NICE)"
+            );
+        });
     }
 }
 
