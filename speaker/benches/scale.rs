@@ -63,26 +63,6 @@ fn address(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 128, (i / 250) as u8, (i % 250 + 1) as u8)
 }
 
-fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    Duration::from_millis(ticks * 10)
-}
-
 fn epoch() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -415,12 +395,12 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
     }
     let settled_after = start.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let cpu0 = cpu_time(pid);
+    let cpu0 = ferrolb_tests::process::cpu_time(pid);
     let idle_window = Duration::from_secs(30);
     tokio::time::sleep(idle_window).await;
-    let idle = cpu_time(pid) - cpu0;
-    let rss = proc_status_kib(pid, "VmRSS:");
-    let peak = proc_status_kib(pid, "VmHWM:");
+    let idle = ferrolb_tests::process::cpu_time(pid) - cpu0;
+    let rss = ferrolb_tests::process::status_kib(pid, "VmRSS:");
+    let peak = ferrolb_tests::process::status_kib(pid, "VmHWM:");
     // One Service change to the wire: move one Service to a fresh address, wait for its GARP.
     let services = Api::<Service>::namespaced(client.clone(), APPS);
     let mut latencies = Vec::new();

@@ -10,9 +10,14 @@
 //!   agree with real Kubernetes.
 //! - [`lab`]: the lab (topology, API server, controller, speakers, router), shared by `ferrolb-lab` and
 //!   the `e2e_*` tests.
+//! - [`process`]: memory and CPU time of a process, from `/proc`.
+//! - [`metallb`]: MetalLB's controller and speaker as processes, for the migration test and the
+//!   side-by-side bench.
 
 pub mod apiserver;
 pub mod backend;
 pub mod lab;
+pub mod metallb;
 pub mod netns;
+pub mod process;
 pub mod realkube;

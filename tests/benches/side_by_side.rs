@@ -1,0 +1,549 @@
+//! MetalLB and FerroLB side by side, on the same machine in the same run, each against a real
+//! kube-apiserver of its own (`scripts/realkube`) with its own CRDs and the equivalent
+//! configuration, never both at once. MetalLB is v0.16's own controller (`scripts/metallb`);
+//! FerroLB is the release `ferrolb-controller` (`cargo build --release -p ferrolb-controller`).
+//!
+//! ```sh
+//! scripts/realkube && scripts/metallb && cargo build --release -p ferrolb-controller
+//! cargo bench -p ferrolb-tests --bench side_by_side
+//! FERROLB_BENCH_REPEAT=3 FERROLB_BENCH_V6_SERVICES=2000 cargo bench -p ferrolb-tests --bench side_by_side
+//! ```
+//!
+//! Scenarios (the controller's share of the comparison; the layer-2 and BGP scenarios need the
+//! speakers in the lab):
+//! - **assign 1,000**: with the controller caught up, 1,000 Services are created (32 requests in
+//!   flight); the time from the first create to the last address seen by a watch. Repeated
+//!   `FERROLB_BENCH_REPEAT` times (10), every Service deleted in between.
+//! - **restarts under churn**: with 1,000 Services assigned, the controller is killed (SIGKILL),
+//!   50 Services are deleted and 50 created while it is down, and it starts again; 5 times. Counts
+//!   the Services that existed before a restart and hold a different address after it.
+//! - **IPv6 /64 pool**: `FERROLB_BENCH_V6_SERVICES` (10,000) Services from a /64 pool: the time
+//!   to assign them all, the controller's CPU time meanwhile, its peak and settled RSS, and its
+//!   idle CPU over 10 s afterwards.
+//!
+//! Prints one table with both systems and the ratio (MetalLB / FerroLB: above 1, FerroLB is
+//! faster or smaller). Asserts nothing but that both systems assign every Service.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrolb_tests::metallb;
+use ferrolb_tests::process::{cpu_time, status_kib};
+use ferrolb_tests::realkube::{self, RealKube, RealKubeConfig};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+const APPS: &str = "bench";
+const FERROLB_NS: &str = "ferrolb-system";
+const CONCURRENCY: usize = 32;
+const V4_POOL: &str = "10.200.0.0/16";
+const V6_POOL: &str = "2001:db8:64::/64";
+
+#[derive(Clone, Copy, PartialEq)]
+enum System {
+    MetalLb,
+    FerroLb,
+}
+
+impl System {
+    fn name(self) -> String {
+        match self {
+            System::MetalLb => format!("MetalLB {}", metallb::version()),
+            System::FerroLb => "FerroLB".into(),
+        }
+    }
+
+    fn namespace(self) -> &'static str {
+        match self {
+            System::MetalLb => metallb::NAMESPACE,
+            System::FerroLb => FERROLB_NS,
+        }
+    }
+
+    /// The same two pools in each system's own kinds.
+    fn config(self) -> Vec<Value> {
+        let (api, ns) = match self {
+            System::MetalLb => ("metallb.io/v1beta1", metallb::NAMESPACE),
+            System::FerroLb => ("ferrolb.io/v1beta1", FERROLB_NS),
+        };
+        vec![
+            json!({"apiVersion": api, "kind": "IPAddressPool",
+                   "metadata": {"name": "v4", "namespace": ns},
+                   "spec": {"addresses": [V4_POOL]}}),
+            json!({"apiVersion": api, "kind": "IPAddressPool",
+                   "metadata": {"name": "v6", "namespace": ns},
+                   "spec": {"addresses": [V6_POOL], "autoAssign": false}}),
+        ]
+    }
+}
+
+/// A controller of either system, killed when dropped.
+enum Controller {
+    MetalLb(metallb::Process),
+    FerroLb(std::process::Child),
+}
+
+impl Controller {
+    fn start(system: System, kube: &RealKube) -> Self {
+        match system {
+            System::MetalLb => Controller::MetalLb(
+                metallb::Process::controller(kube.kubeconfig(), "error")
+                    .expect("MetalLB's controller starts"),
+            ),
+            System::FerroLb => Controller::FerroLb(
+                Command::new(ferrolb_controller())
+                    .args(["--kubeconfig", kube.kubeconfig().to_str().unwrap()])
+                    .args(["--namespace", FERROLB_NS, "--metrics-addr", "127.0.0.1:0"])
+                    .args(["--log-level", "warn"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("FerroLB's controller starts"),
+            ),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Controller::MetalLb(p) => p.pid(),
+            Controller::FerroLb(c) => c.id(),
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        match self {
+            Controller::MetalLb(p) => p.kill(),
+            Controller::FerroLb(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+fn ferrolb_controller() -> PathBuf {
+    let exe = std::env::current_exe().expect("bench executable path");
+    // target/release/deps/side_by_side-HASH
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps")
+        .join("ferrolb-controller")
+}
+
+/// A real control plane with one system's CRDs, its configuration, and a watch of the Services.
+struct Cluster {
+    kube: RealKube,
+    services: Api<Service>,
+    store: Store<Service>,
+    _watch: tokio::task::JoinHandle<()>,
+}
+
+impl Cluster {
+    async fn start(system: System) -> Self {
+        let kube = RealKube::start(RealKubeConfig {
+            controller_manager: false,
+            ..Default::default()
+        })
+        .await
+        .expect("the real control plane starts");
+        let client = kube.client().expect("a client");
+        let crds = match system {
+            System::MetalLb => metallb::crd_dir(),
+            System::FerroLb => ferrolb_api::crd::chart_crd_dir(),
+        };
+        realkube::install_crds(&client, &[crds])
+            .await
+            .expect("CRDs install");
+        for ns in [system.namespace(), APPS] {
+            let ns = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .expect("namespace");
+        }
+        if system == System::MetalLb {
+            metallb::create_pods(
+                &client,
+                &[(
+                    metallb::CONTROLLER_POD,
+                    "app=metallb,component=controller",
+                    None,
+                )],
+            )
+            .await
+            .expect("MetalLB's controller Pod object");
+        }
+        ferrolb_tests::lab::manifests::server_side_apply(&client, &system.config(), "bench")
+            .await
+            .expect("the configuration applies");
+        let services = Api::<Service>::namespaced(client.clone(), APPS);
+        let (store, writer) = reflector::store();
+        let stream = reflector(
+            writer,
+            watcher(services.clone(), watcher::Config::default()),
+        )
+        .default_backoff()
+        .touched_objects();
+        let watch = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while stream.next().await.is_some() {}
+        });
+        store.wait_until_ready().await.expect("the watch lists");
+        Self {
+            kube,
+            services,
+            store,
+            _watch: watch,
+        }
+    }
+
+    /// Name to addresses (sorted) of every Service the watch holds.
+    fn addresses(&self) -> BTreeMap<String, Vec<String>> {
+        self.store
+            .state()
+            .iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), ingress(s)))
+            .collect()
+    }
+
+    /// Waits until the watch holds exactly `names` and each has an address; returns when the
+    /// last one was seen.
+    async fn wait_assigned(&self, count: usize, timeout: Duration) -> Instant {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let state = self.store.state();
+            let assigned = state.iter().filter(|s| !ingress(s).is_empty()).count();
+            if state.len() == count && assigned == count {
+                return Instant::now();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{assigned} of {count} Services assigned after {timeout:?} ({} held)",
+                state.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn create(&self, names: impl Iterator<Item = String>, v6: bool) {
+        let api = self.services.clone();
+        futures::stream::iter(names.map(|name| {
+            let api = api.clone();
+            async move {
+                let svc = service(&name, v6);
+                for attempt in 0.. {
+                    match api.create(&PostParams::default(), &svc).await {
+                        Ok(_) => return,
+                        Err(kube::Error::Api(e)) if e.code == 409 => return,
+                        Err(e) if attempt < 20 => {
+                            let _ = e;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(e) => panic!("creating {name}: {e}"),
+                    }
+                }
+            }
+        }))
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+    }
+
+    async fn delete(&self, names: impl Iterator<Item = String>) {
+        let api = self.services.clone();
+        futures::stream::iter(names.map(|name| {
+            let api = api.clone();
+            async move {
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            }
+        }))
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+    }
+
+    async fn wait_count(&self, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.store.state().len() != count {
+            assert!(Instant::now() < deadline, "the watch never held {count}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn service(name: &str, v6: bool) -> Service {
+    let mut svc = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": APPS},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                 "ports": [{"port": 80, "protocol": "TCP"}]},
+    });
+    if v6 {
+        svc["metadata"]["annotations"] = json!({"metallb.io/address-pool": "v6"});
+        svc["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        svc["spec"]["ipFamilies"] = json!(["IPv6"]);
+    }
+    serde_json::from_value(svc).expect("a Service")
+}
+
+fn ingress(svc: &Arc<Service>) -> Vec<String> {
+    let mut ips: Vec<String> = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.clone())
+        .collect();
+    ips.sort();
+    ips
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The figures of one system.
+#[derive(Default)]
+struct Figures {
+    assign_1000: Vec<Duration>,
+    restart_changed: usize,
+    restart_survivors: usize,
+    restart_catch_up: Vec<Duration>,
+    v6_assign: Duration,
+    v6_cpu: Duration,
+    v6_peak_kib: u64,
+    v6_rss_kib: u64,
+    v6_idle_cpu: f64,
+}
+
+async fn assign_and_restart(system: System, repeat: usize, f: &mut Figures) {
+    let cluster = Cluster::start(system).await;
+    let controller = Controller::start(system, &cluster.kube);
+    // Caught up: one Service assigned.
+    cluster
+        .create(std::iter::once("warm-up".to_string()), false)
+        .await;
+    cluster.wait_assigned(1, Duration::from_secs(60)).await;
+    cluster.delete(std::iter::once("warm-up".to_string())).await;
+    cluster.wait_count(0).await;
+    for round in 0..repeat {
+        let start = Instant::now();
+        cluster
+            .create((0..1000).map(|i| format!("s{round}-{i}")), false)
+            .await;
+        let done = cluster.wait_assigned(1000, Duration::from_secs(300)).await;
+        f.assign_1000.push(done - start);
+        eprintln!(
+            "  {}: assign 1,000 #{}: {:.2} s",
+            system.name(),
+            round + 1,
+            (done - start).as_secs_f64()
+        );
+        if round + 1 < repeat {
+            cluster
+                .delete((0..1000).map(|i| format!("s{round}-{i}")))
+                .await;
+            cluster.wait_count(0).await;
+        }
+    }
+    let last = repeat - 1;
+    let mut live: Vec<String> = (0..1000).map(|i| format!("s{last}-{i}")).collect();
+    let mut controller = Some(controller);
+    for restart in 0..5 {
+        let before = cluster.addresses();
+        drop(controller.take());
+        // While it is down: 50 of the oldest go, 50 new ones come.
+        let gone: Vec<String> = live.drain(..50).collect();
+        cluster.delete(gone.iter().cloned()).await;
+        let new: Vec<String> = (0..50).map(|i| format!("r{restart}-{i}")).collect();
+        cluster.create(new.iter().cloned(), false).await;
+        live.extend(new);
+        cluster.wait_count(live.len()).await;
+        let start = Instant::now();
+        controller = Some(Controller::start(system, &cluster.kube));
+        let done = cluster
+            .wait_assigned(live.len(), Duration::from_secs(120))
+            .await;
+        f.restart_catch_up.push(done - start);
+        let after = cluster.addresses();
+        for (name, ips) in &before {
+            if let Some(now) = after.get(name) {
+                f.restart_survivors += 1;
+                if now != ips {
+                    f.restart_changed += 1;
+                    eprintln!("  {}: {name} changed {ips:?} -> {now:?}", system.name());
+                }
+            }
+        }
+    }
+}
+
+async fn v6_pool(system: System, count: usize, f: &mut Figures) {
+    let cluster = Cluster::start(system).await;
+    let controller = Controller::start(system, &cluster.kube);
+    cluster
+        .create(std::iter::once("warm-up".to_string()), true)
+        .await;
+    cluster.wait_assigned(1, Duration::from_secs(60)).await;
+    let pid = controller.pid();
+    let cpu0 = cpu_time(pid);
+    let start = Instant::now();
+    cluster
+        .create((0..count).map(|i| format!("v6-{i}")), true)
+        .await;
+    let done = cluster
+        .wait_assigned(count + 1, Duration::from_secs(900))
+        .await;
+    f.v6_assign = done - start;
+    f.v6_cpu = cpu_time(pid) - cpu0;
+    f.v6_peak_kib = status_kib(pid, "VmHWM:");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle0 = cpu_time(pid);
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    f.v6_idle_cpu = (cpu_time(pid) - idle0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    f.v6_rss_kib = status_kib(pid, "VmRSS:");
+    drop(controller);
+}
+
+fn median(v: &[Duration]) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn max(v: &[Duration]) -> Duration {
+    v.iter().max().copied().unwrap_or_default()
+}
+
+fn row(what: &str, m: String, f: String, ratio: Option<f64>) {
+    let ratio = ratio.map_or("-".into(), |r| format!("{r:.2}"));
+    println!("| {what} | {m} | {f} | {ratio} |");
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+fn ratio(m: Duration, f: Duration) -> Option<f64> {
+    (f.as_secs_f64() > 0.0).then(|| m.as_secs_f64() / f.as_secs_f64())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    for (what, missing) in [
+        (
+            "the real control plane (scripts/realkube)",
+            (!realkube::available()).then(realkube::bin_dir),
+        ),
+        ("MetalLB (scripts/metallb)", metallb::missing()),
+        (
+            "the release controller (cargo build --release -p ferrolb-controller)",
+            (!ferrolb_controller().is_file()).then(ferrolb_controller),
+        ),
+    ] {
+        if let Some(p) = missing {
+            eprintln!("side_by_side: needs {what}: {} is missing", p.display());
+            std::process::exit(1);
+        }
+    }
+    let repeat = env_usize("FERROLB_BENCH_REPEAT", 10).max(1);
+    let v6_count = env_usize("FERROLB_BENCH_V6_SERVICES", 10_000);
+    let mut figures = [Figures::default(), Figures::default()];
+    for (i, system) in [System::MetalLb, System::FerroLb].into_iter().enumerate() {
+        eprintln!(
+            "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
+            system.name()
+        );
+        assign_and_restart(system, repeat, &mut figures[i]).await;
+        eprintln!("{}: {v6_count} Services from an IPv6 /64", system.name());
+        v6_pool(system, v6_count, &mut figures[i]).await;
+    }
+    let [m, f] = &figures;
+    println!();
+    println!(
+        "| scenario | {} | {} | MetalLB / FerroLB |",
+        System::MetalLb.name(),
+        System::FerroLb.name()
+    );
+    println!("| --- | --- | --- | --- |");
+    row(
+        &format!("assign 1,000 Services, median of {repeat}"),
+        secs(median(&m.assign_1000)),
+        secs(median(&f.assign_1000)),
+        ratio(median(&m.assign_1000), median(&f.assign_1000)),
+    );
+    row(
+        &format!("assign 1,000 Services, slowest of {repeat}"),
+        secs(max(&m.assign_1000)),
+        secs(max(&f.assign_1000)),
+        ratio(max(&m.assign_1000), max(&f.assign_1000)),
+    );
+    row(
+        "5 restarts under churn: addresses changed",
+        format!("{} of {}", m.restart_changed, m.restart_survivors),
+        format!("{} of {}", f.restart_changed, f.restart_survivors),
+        None,
+    );
+    row(
+        "restart to every Service assigned, median of 5",
+        secs(median(&m.restart_catch_up)),
+        secs(median(&f.restart_catch_up)),
+        ratio(median(&m.restart_catch_up), median(&f.restart_catch_up)),
+    );
+    row(
+        &format!("IPv6 /64: assign {v6_count} Services"),
+        secs(m.v6_assign),
+        secs(f.v6_assign),
+        ratio(m.v6_assign, f.v6_assign),
+    );
+    row(
+        &format!("IPv6 /64: controller CPU for {v6_count}"),
+        secs(m.v6_cpu),
+        secs(f.v6_cpu),
+        ratio(m.v6_cpu, f.v6_cpu),
+    );
+    let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
+    let kratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
+    row(
+        "IPv6 /64: controller peak RSS",
+        mib(m.v6_peak_kib),
+        mib(f.v6_peak_kib),
+        kratio(m.v6_peak_kib, f.v6_peak_kib),
+    );
+    row(
+        "IPv6 /64: controller RSS settled",
+        mib(m.v6_rss_kib),
+        mib(f.v6_rss_kib),
+        kratio(m.v6_rss_kib, f.v6_rss_kib),
+    );
+    row(
+        "IPv6 /64: controller idle CPU",
+        format!("{:.2} %", m.v6_idle_cpu),
+        format!("{:.2} %", f.v6_idle_cpu),
+        None,
+    );
+}
