@@ -24,6 +24,9 @@
 //! Prints one table with both systems and the ratio (MetalLB / FerroLB: above 1, FerroLB is
 //! faster or smaller). Asserts nothing but that both systems assign every Service.
 
+#[path = "side_by_side/lab.rs"]
+mod lab;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -53,6 +56,13 @@ enum System {
 }
 
 impl System {
+    fn lab(self) -> ferrolb_tests::lab::System {
+        match self {
+            System::MetalLb => ferrolb_tests::lab::System::MetalLb,
+            System::FerroLb => ferrolb_tests::lab::System::FerroLb,
+        }
+    }
+
     fn name(self) -> String {
         match self {
             System::MetalLb => format!("MetalLB {}", metallb::version()),
@@ -101,6 +111,10 @@ impl Controller {
                 Command::new(ferrolb_controller())
                     .args(["--kubeconfig", kube.kubeconfig().to_str().unwrap()])
                     .args(["--namespace", FERROLB_NS, "--metrics-addr", "127.0.0.1:0"])
+                    // A fixed identity, as a Pod's name stays when its container restarts:
+                    // the restarted controller renews its own Lease at once. (A new Pod, with
+                    // another name, waits for the killed one's Lease to expire, 15 s.)
+                    .args(["--identity", "bench-controller"])
                     .args(["--log-level", "warn"])
                     .stdout(Stdio::null())
                     .stderr(Stdio::inherit())
@@ -473,7 +487,13 @@ async fn main() {
     let repeat = env_usize("FERROLB_BENCH_REPEAT", 10).max(1);
     let v6_count = env_usize("FERROLB_BENCH_V6_SERVICES", 10_000);
     let mut figures = [Figures::default(), Figures::default()];
-    for (i, system) in [System::MetalLb, System::FerroLb].into_iter().enumerate() {
+    let only = std::env::var("FERROLB_BENCH_ONLY").unwrap_or_default();
+    let (controllers, labs) = (only != "lab", only != "controller");
+    for (i, system) in [System::MetalLb, System::FerroLb]
+        .into_iter()
+        .enumerate()
+        .filter(|_| controllers)
+    {
         eprintln!(
             "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
             system.name()
@@ -482,7 +502,25 @@ async fn main() {
         eprintln!("{}: {v6_count} Services from an IPv6 /64", system.name());
         v6_pool(system, v6_count, &mut figures[i]).await;
     }
-    let [m, f] = &figures;
+    let lab_missing = lab::missing();
+    let mut lab_figures = Vec::new();
+    if !labs {
+    } else if let Some(why) = &lab_missing {
+        eprintln!("side_by_side: the lab scenarios need {why}; they are left out");
+    } else {
+        for system in [System::MetalLb, System::FerroLb] {
+            eprintln!(
+                "{}: the lab (failovers x{repeat}, rolling restart, 1,000 routes)",
+                system.name()
+            );
+            // The lab runs its own runtime: on a thread of its own, outside this one's.
+            let lab_system = system.lab();
+            let figures = std::thread::spawn(move || lab::run(lab_system, repeat))
+                .join()
+                .expect("the lab scenarios ran");
+            lab_figures.push(figures);
+        }
+    }
     println!();
     println!(
         "| scenario | {} | {} | MetalLB / FerroLB |",
@@ -490,6 +528,16 @@ async fn main() {
         System::FerroLb.name()
     );
     println!("| --- | --- | --- | --- |");
+    if controllers {
+        controller_rows(&figures, repeat, v6_count);
+    }
+    if let [m, f] = lab_figures.as_slice() {
+        lab_rows(m, f, repeat);
+    }
+}
+
+fn controller_rows(figures: &[Figures; 2], repeat: usize, v6_count: usize) {
+    let [m, f] = figures;
     row(
         &format!("assign 1,000 Services, median of {repeat}"),
         secs(median(&m.assign_1000)),
@@ -544,6 +592,73 @@ async fn main() {
         "IPv6 /64: controller idle CPU",
         format!("{:.2} %", m.v6_idle_cpu),
         format!("{:.2} %", f.v6_idle_cpu),
+        None,
+    );
+}
+
+fn lab_rows(m: &lab::LabFigures, f: &lab::LabFigures, repeat: usize) {
+    let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
+    let kratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
+    let spread = |v: &[Duration]| format!("{} / {} ms", median(v).as_millis(), max(v).as_millis());
+    row(
+        &format!(
+            "L2: owner's speaker SIGKILLed -> client answered by another node, median / max of {repeat}"
+        ),
+        spread(&m.kill_moved),
+        spread(&f.kill_moved),
+        ratio(median(&m.kill_moved), median(&f.kill_moved)),
+    );
+    row(
+        &format!(
+            "L2: owner's node cut off -> client answered again (outage), median / max of {repeat}"
+        ),
+        spread(&m.cut_outage),
+        spread(&f.cut_outage),
+        ratio(median(&m.cut_outage), median(&f.cut_outage)),
+    );
+    row(
+        "L2: requests unanswered in those outages (every 20 ms)",
+        m.cut_unanswered.to_string(),
+        f.cut_unanswered.to_string(),
+        None,
+    );
+    row(
+        &format!(
+            "BGP: node cut off -> router withdraws, median / max of {repeat} (MetalLB native: no BFD)"
+        ),
+        spread(&m.cut_withdrawn),
+        spread(&f.cut_withdrawn),
+        ratio(median(&m.cut_withdrawn), median(&f.cut_withdrawn)),
+    );
+    let rolled = |(n, t, r): (usize, usize, usize)| format!("{t} timed out, {r} reset of {n}");
+    row(
+        "rolling restart of 3 speakers: layer-2 requests lost",
+        rolled(m.rolling_l2),
+        rolled(f.rolling_l2),
+        None,
+    );
+    row(
+        "rolling restart of 3 speakers: BGP requests lost",
+        rolled(m.rolling_bgp),
+        rolled(f.rolling_bgp),
+        None,
+    );
+    row(
+        "BGP: speaker start -> 1,000 Service routes at BIRD, median / max",
+        spread(&m.routes_1000),
+        spread(&f.routes_1000),
+        ratio(median(&m.routes_1000), median(&f.routes_1000)),
+    );
+    row(
+        "speaker RSS, 1,005 LoadBalancer Services",
+        mib(m.speaker_rss_kib),
+        mib(f.speaker_rss_kib),
+        kratio(m.speaker_rss_kib, f.speaker_rss_kib),
+    );
+    row(
+        "speaker idle CPU, 1,005 LoadBalancer Services",
+        format!("{:.2} %", m.speaker_idle_cpu),
+        format!("{:.2} %", f.speaker_idle_cpu),
         None,
     );
 }

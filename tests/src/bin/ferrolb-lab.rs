@@ -4,6 +4,7 @@
 //! ```text
 //! ferrolb-lab [--router bird|frr] [--keep]   build, report, fail over, clean up (or keep running)
 //! ferrolb-lab --apiserver real                the same on a real kube-apiserver (scripts/realkube)
+//! ferrolb-lab --system metallb               the same with MetalLB v0.16 (scripts/metallb), real API server
 //! ferrolb-lab --down                          remove a lab left running or crashed
 //! ferrolb-lab serve --node NAME --port P      the kube-proxy stand-in's server (run inside a node)
 //! ```
@@ -59,9 +60,19 @@ struct Args {
     /// and etcd built by scripts/realkube). Default: `FERROLB_APISERVER`, else `double`.
     #[arg(long)]
     apiserver: Option<BackendKind>,
+    /// What runs the lab: `ferrolb`, or `metallb` (MetalLB's own controller and speaker, built by
+    /// scripts/metallb, always on the real kube-apiserver) to compare.
+    #[arg(long, default_value = "ferrolb")]
+    system: SystemArg,
     /// The subcommand (internal).
     #[command(subcommand)]
     command: Option<Cmd>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum SystemArg {
+    Ferrolb,
+    Metallb,
 }
 
 #[derive(Subcommand, Debug)]
@@ -112,8 +123,16 @@ fn lab_main() -> anyhow::Result<()> {
             .context("no directory for this binary")?
             .to_path_buf(),
     };
-    let controller = bin_dir.join("ferrolb-controller");
-    let speaker = bin_dir.join("ferrolb-speaker");
+    let (controller, speaker) = match args.system {
+        SystemArg::Ferrolb => (
+            bin_dir.join("ferrolb-controller"),
+            bin_dir.join("ferrolb-speaker"),
+        ),
+        SystemArg::Metallb => {
+            let d = ferrolb_tests::metallb::dir();
+            (d.join("controller"), d.join("speaker"))
+        }
+    };
     for b in [&controller, &speaker] {
         if !b.is_file() {
             bail!(
@@ -137,6 +156,10 @@ fn lab_main() -> anyhow::Result<()> {
     }
     if let Some(a) = args.apiserver {
         config.apiserver = a;
+    }
+    if args.system == SystemArg::Metallb {
+        config.system = ferrolb_tests::lab::System::MetalLb;
+        config.apiserver = BackendKind::Real;
     }
     std::fs::create_dir_all(&dir).ok();
 

@@ -55,9 +55,19 @@ fn gvk_of(doc: &Value) -> Option<GroupVersionKind> {
 /// its `status` when the document has one (Nodes' conditions, Pods' `podIP`), as the kubelet
 /// would. Returns how many objects were created.
 pub async fn apply(client: &kube::Client, files: &[PathBuf]) -> Result<usize, LabError> {
+    apply_with(client, files, |doc| vec![doc]).await
+}
+
+/// [`apply`], each document replaced first by what `transform` makes of it (none, itself, or
+/// several).
+pub async fn apply_with(
+    client: &kube::Client,
+    files: &[PathBuf],
+    transform: impl Fn(Value) -> Vec<Value>,
+) -> Result<usize, LabError> {
     let mut created = 0;
     for file in files {
-        for doc in documents(file)? {
+        for doc in documents(file)?.into_iter().flat_map(&transform) {
             let bad = |message: String| LabError::Manifest {
                 path: file.clone(),
                 message,
@@ -141,4 +151,105 @@ pub async fn server_side_apply(
         applied += 1;
     }
     Ok(applied)
+}
+
+/// The labels of the MetalLB lab's speaker Pods, which its speakers find each other by
+/// (`--ml-labels`), as MetalLB's manifests label them.
+pub const METALLB_SPEAKER_LABELS: &str = "app=metallb,component=speaker";
+
+/// The lab's pool announced over BGP (`examples/lab/30-pools.yaml`).
+pub const METALLB_BGP_POOL: &str = "lab-bgp";
+
+/// The name of the MetalLB lab's speaker Pod object on `node`.
+pub fn metallb_speaker_pod(node: &str) -> String {
+    format!("speaker-{node}")
+}
+
+/// The lab's configuration for MetalLB: each FerroLB object as the MetalLB object an operator
+/// would write for the same behaviour, where MetalLB has one.
+///
+/// - FerroLB's install namespace becomes `metallb-system`, with the controller's Pod object
+///   (MetalLB's controller reads its own Pod at start); the speaker Pods are renamed and
+///   labelled as MetalLB's manifests do ([`METALLB_SPEAKER_LABELS`]).
+/// - `ferrolb.io/v1beta1` kinds become `metallb.io/v1beta1` (`BGPPeer`: `v1beta2`). MetalLB's
+///   native BGP mode refuses a configuration with BFD profiles, `bfdProfile`, `keepaliveTime` or
+///   `connectTime` (`internal/config/validation.go`), so those are left out: MetalLB's sessions
+///   use the same 9 s hold time, a third of it as keepalive, and no BFD.
+/// - MetalLB's native BGP mode refuses a configuration whose BGP-announced pool has IPv6
+///   ranges ("native bgp mode does not support ipv6"): the BGP pool ([`METALLB_BGP_POOL`]) keeps
+///   its IPv4 ranges only, so its Services are IPv4 only under MetalLB.
+/// - The gossip Secret goes: MetalLB's speakers read their memberlist key from a file.
+/// - Services' `ferrolb.io/` annotations take MetalLB's `metallb.io/` spelling (`ip-mode` has
+///   no MetalLB equivalent and goes).
+pub fn for_metallb(mut doc: Value) -> Vec<Value> {
+    use crate::metallb::{CONTROLLER_POD, NAMESPACE};
+    const OURS: &str = super::INSTALL_NS;
+    let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+    let api = doc["apiVersion"].as_str().unwrap_or_default().to_string();
+    let in_ours = doc["metadata"]["namespace"].as_str() == Some(OURS);
+    if kind == "Namespace" && doc["metadata"]["name"].as_str() == Some(OURS) {
+        doc["metadata"]["name"] = NAMESPACE.into();
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": CONTROLLER_POD, "namespace": NAMESPACE,
+                         "labels": {"app": "metallb", "component": "controller"}},
+            "spec": {"containers": [{"name": "controller", "image": "metallb/controller:lab"}]},
+        });
+        return vec![doc, pod];
+    }
+    if in_ours {
+        doc["metadata"]["namespace"] = NAMESPACE.into();
+    }
+    match (api.as_str(), kind.as_str()) {
+        ("v1", "Secret") if in_ours => return vec![],
+        ("v1", "Pod") if in_ours => {
+            let node = doc["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            doc["metadata"]["name"] = metallb_speaker_pod(&node).into();
+            let labels: serde_json::Map<String, Value> = METALLB_SPEAKER_LABELS
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect();
+            doc["metadata"]["labels"] = labels.into();
+        }
+        ("ferrolb.io/v1beta1", "BFDProfile") => return vec![],
+        ("ferrolb.io/v1beta1", "BGPPeer") => {
+            doc["apiVersion"] = "metallb.io/v1beta2".into();
+            if let Some(spec) = doc["spec"].as_object_mut() {
+                for refused in ["bfdProfile", "keepaliveTime", "connectTime"] {
+                    spec.remove(refused);
+                }
+            }
+        }
+        ("ferrolb.io/v1beta1", "IPAddressPool") => {
+            doc["apiVersion"] = "metallb.io/v1beta1".into();
+            if doc["metadata"]["name"].as_str() == Some(METALLB_BGP_POOL)
+                && let Some(addresses) = doc["spec"]["addresses"].as_array_mut()
+            {
+                addresses.retain(|a| !a.as_str().unwrap_or_default().contains(':'));
+            }
+        }
+        ("ferrolb.io/v1beta1", _) => doc["apiVersion"] = "metallb.io/v1beta1".into(),
+        ("v1", "Service") => {
+            if let Some(annotations) = doc["metadata"]["annotations"].as_object_mut() {
+                let ours: Vec<String> = annotations
+                    .keys()
+                    .filter(|k| k.starts_with("ferrolb.io/"))
+                    .cloned()
+                    .collect();
+                for key in ours {
+                    let value = annotations.remove(&key).unwrap_or_default();
+                    let name = key.trim_start_matches("ferrolb.io/");
+                    if name != "ip-mode" {
+                        annotations.insert(format!("metallb.io/{name}"), value);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    vec![doc]
 }

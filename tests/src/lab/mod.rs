@@ -88,6 +88,19 @@ pub enum LabError {
 /// Result of the lab.
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
 
+/// Which implementation the lab runs: FerroLB, or MetalLB (v0.16's own controller and speaker,
+/// built by `scripts/metallb`) for the side-by-side bench. With MetalLB the lab installs
+/// MetalLB's CRDs and the lab's configuration in MetalLB's kinds (see
+/// [`manifests::for_metallb`]), and always runs the real kube-apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum System {
+    /// `ferrolb-controller` and `ferrolb-speaker`.
+    #[default]
+    FerroLb,
+    /// MetalLB's `controller` and `speaker` (native BGP mode and layer 2).
+    MetalLb,
+}
+
 /// The binaries the lab runs.
 #[derive(Debug, Clone)]
 pub struct Binaries {
@@ -120,6 +133,8 @@ pub struct LabConfig {
     /// kube-apiserver with etcd in the switch namespace (`--apiserver real`). The default comes
     /// from `FERROLB_APISERVER`.
     pub apiserver: BackendKind,
+    /// FerroLB (the default) or MetalLB; [`Binaries`] name that system's binaries.
+    pub system: System,
 }
 
 impl LabConfig {
@@ -138,6 +153,7 @@ impl LabConfig {
             crds: root.join("charts/ferrolb/crds"),
             speaker_args: Vec::new(),
             apiserver: BackendKind::from_env(),
+            system: System::FerroLb,
         }
     }
 }
@@ -198,8 +214,12 @@ impl Lab {
         let topo = Arc::new(Topology::create(&config.prefix)?);
         let router = Router::start(config.router, &topo.router, &config.dir)?;
         let rt = netns::runtime_in(topo.switch.name())?;
-        let crds = config.crds.clone();
-        let kind = config.apiserver;
+        let (crds, kind) = match config.system {
+            System::FerroLb => (config.crds.clone(), config.apiserver),
+            // MetalLB's controller is built on controller-runtime and is run here only against
+            // the server it is built for.
+            System::MetalLb => (crate::metallb::crd_dir(), BackendKind::Real),
+        };
         let switch = topo.switch.name().to_owned();
         let api_dir = config.dir.join("kube");
         let api = rt
@@ -251,7 +271,23 @@ impl Lab {
         };
         let files = manifests::yaml_files(&lab.config.manifests)?;
         let client = lab.client();
-        lab.block(async move { manifests::apply(&client, &files).await })?;
+        match lab.config.system {
+            System::FerroLb => {
+                lab.block(async move { manifests::apply(&client, &files).await })?;
+            }
+            System::MetalLb => {
+                let key_dir = lab.config.dir.join("memberlist");
+                std::fs::create_dir_all(&key_dir)
+                    .and_then(|()| std::fs::write(key_dir.join("secretkey"), METALLB_ML_KEY))
+                    .map_err(|source| LabError::Io {
+                        context: "writing MetalLB's memberlist key".into(),
+                        source,
+                    })?;
+                lab.block(async move {
+                    manifests::apply_with(&client, &files, manifests::for_metallb).await
+                })?;
+            }
+        }
         lab.start_standins()?;
         lab.start_controller()?;
         if lab.config.binaries.speaker.is_some() {
@@ -335,6 +371,23 @@ impl Lab {
         let log = self.config.dir.join("controller.log");
         let kc = self.kubeconfig.display().to_string();
         let bin = self.config.binaries.controller.display().to_string();
+        if self.config.system == System::MetalLb {
+            let p = self.topo.switch.spawn(
+                &[
+                    bin.as_str(),
+                    &format!("--kubeconfig={kc}"),
+                    &format!("--namespace={}", crate::metallb::NAMESPACE),
+                    &format!("--pod-name={}", crate::metallb::CONTROLLER_POD),
+                    "--webhook-mode=disabled",
+                    "--disable-cert-rotation",
+                    "--port=0",
+                    "--log-level=info",
+                ],
+                &log,
+            )?;
+            self.controller = Some(p);
+            return Ok(());
+        }
         let p = self.topo.switch.spawn(
             &[
                 bin.as_str(),
@@ -374,6 +427,25 @@ impl Lab {
         let name = NODE_NAMES[i];
         let log = self.config.dir.join(format!("speaker-{name}.log"));
         let kc = self.kubeconfig.display().to_string();
+        if self.config.system == System::MetalLb {
+            let key_dir = self.config.dir.join("memberlist");
+            let mut args: Vec<String> = vec![
+                bin.display().to_string(),
+                format!("--kubeconfig={kc}"),
+                format!("--node-name={name}"),
+                format!("--pod-name={}", manifests::metallb_speaker_pod(name)),
+                format!("--namespace={}", crate::metallb::NAMESPACE),
+                format!("--ml-bindaddr={}", node_v4(i)),
+                format!("--ml-labels={}", manifests::METALLB_SPEAKER_LABELS),
+                format!("--ml-secret-key-path={}", key_dir.display()),
+                "--port=0".into(),
+                "--log-level=info".into(),
+            ];
+            args.extend(self.config.speaker_args.iter().cloned());
+            let p = self.topo.node(i).spawn(&args, &log)?;
+            self.speakers[i] = Some(p);
+            return Ok(());
+        }
         let mut args: Vec<String> = vec![
             bin.display().to_string(),
             "--kubeconfig".into(),
@@ -408,6 +480,11 @@ impl Lab {
             ])?;
         }
         Ok(())
+    }
+
+    /// The process id of node `i`'s speaker, while one runs (to read its memory and CPU time).
+    pub fn speaker_pid(&self, i: usize) -> Option<u32> {
+        self.speakers[i].as_ref().map(Process::pid)
     }
 
     /// Kills node `i`'s speaker with SIGKILL, as a crash would.
@@ -450,6 +527,11 @@ impl Lab {
         ask_every_from(self.topo.client.name(), ip, interval, timeout, stop)
     }
 
+    /// The implementation this lab runs.
+    pub fn system(&self) -> System {
+        self.config.system
+    }
+
     /// Whether speakers run in this lab.
     pub fn has_speakers(&self) -> bool {
         self.config.binaries.speaker.is_some()
@@ -480,6 +562,9 @@ impl Lab {
     /// objects.
     pub fn l2_owners(&self) -> Result<BTreeMap<IpAddr, Vec<String>>> {
         let client = self.client();
+        if self.config.system == System::MetalLb {
+            return self.block(metallb_l2_owners(client));
+        }
         self.block(async move {
             let list = Api::<ServiceL2Status>::namespaced(client, INSTALL_NS)
                 .list(&ListParams::default())
@@ -502,7 +587,11 @@ impl Lab {
     }
 
     /// `(service, node, peers)` from the speakers' `ServiceBGPStatus` objects.
+    /// (MetalLB's lab: none, its `ServiceBGPStatus` is not read.)
     pub fn bgp_announcers(&self) -> Result<Vec<(String, String, Vec<String>)>> {
+        if self.config.system == System::MetalLb {
+            return Ok(Vec::new());
+        }
         let client = self.client();
         self.block(async move {
             let list = Api::<ServiceBGPStatus>::namespaced(client, INSTALL_NS)
@@ -650,6 +739,52 @@ impl Drop for Lab {
     }
 }
 
+/// The memberlist key of the MetalLB lab's speakers (fixed and not secret, as the FerroLB lab's).
+const METALLB_ML_KEY: &str = "ferrolb lab: MetalLB memberlist key, not a secret";
+
+/// MetalLB's `ServiceL2Status` objects name the node and the Service, not the address: the
+/// owner of each address of the Service.
+async fn metallb_l2_owners(client: kube::Client) -> Result<BTreeMap<IpAddr, Vec<String>>> {
+    use kube::api::{ApiResource, DynamicObject};
+    use kube::core::GroupVersionKind;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "metallb.io",
+        "v1beta1",
+        "ServiceL2Status",
+    ));
+    let statuses =
+        Api::<DynamicObject>::namespaced_with(client.clone(), crate::metallb::NAMESPACE, &ar)
+            .list(&ListParams::default())
+            .await?;
+    let services = Api::<Service>::namespaced(client, "default")
+        .list(&ListParams::default())
+        .await?;
+    let mut owners: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
+    for st in statuses.items {
+        let status = &st.data["status"];
+        let (Some(node), Some(svc)) = (status["node"].as_str(), status["serviceName"].as_str())
+        else {
+            continue;
+        };
+        let Some(view) = services
+            .items
+            .iter()
+            .filter_map(service_view)
+            .find(|v| v.name == svc)
+        else {
+            continue;
+        };
+        for (ip, _) in view.ingress {
+            owners.entry(ip).or_default().push(node.to_string());
+        }
+    }
+    for v in owners.values_mut() {
+        v.sort();
+        v.dedup();
+    }
+    Ok(owners)
+}
+
 fn ask_every_from(
     ns: &str,
     ip: IpAddr,
@@ -715,7 +850,10 @@ fn service_view(s: &Service) -> Option<ServiceView> {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(ferrolb_api::names::ADDRESS_POOL))
+            .and_then(|a| {
+                a.get(ferrolb_api::names::ADDRESS_POOL)
+                    .or_else(|| a.get(ferrolb_api::names::METALLB_ADDRESS_POOL))
+            })
             .cloned()
             .unwrap_or_default(),
     })

@@ -1,0 +1,328 @@
+//! The side-by-side scenarios that need the speakers: the lab (`ferrolb_tests::lab`: three nodes,
+//! a BIRD router, a client on the segment and one behind the router, a real kube-apiserver),
+//! once with FerroLB and once with MetalLB, each with its own CRDs and the lab's configuration
+//! in its own kinds (`manifests::for_metallb`).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrolb_tests::backend::BackendKind;
+use ferrolb_tests::lab::report::{self, Fault};
+use ferrolb_tests::lab::{Binaries, Lab, LabConfig, NoAnswer, Requests, RouterKind, System};
+use ferrolb_tests::netns::topology::{NODE_NAMES, node_v4};
+use ferrolb_tests::process::{cpu_time, status_kib};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+/// The pool of the route-count scenario: 1,024 addresses on no segment, announced over BGP.
+const ROUTES_POOL: &str = "10.99.64.0/22";
+
+/// What one system did in the lab.
+#[derive(Default)]
+pub struct LabFigures {
+    /// SIGKILL of the owner's speaker → the client on the segment answered by another node.
+    pub kill_moved: Vec<Duration>,
+    /// The owner's node cut off the segment → the client answered by another node.
+    pub cut_outage: Vec<Duration>,
+    /// Requests (every 20 ms) unanswered during those outages.
+    pub cut_unanswered: usize,
+    /// The node cut off → the router no longer routes through it.
+    pub cut_withdrawn: Vec<Duration>,
+    /// Rolling restart of the three speakers: requests, timeouts, resets (layer 2, then BGP).
+    pub rolling_l2: (usize, usize, usize),
+    /// The same for the BGP Service, asked from behind the router.
+    pub rolling_bgp: (usize, usize, usize),
+    /// A speaker started → the router routes every one of 1,000 Services through its node.
+    pub routes_1000: Vec<Duration>,
+    /// Speaker RSS (KiB) and idle CPU (%) with 1,000 more Services, node-a.
+    pub speaker_rss_kib: u64,
+    /// Idle CPU of node-a's speaker over 10 s with nothing changing.
+    pub speaker_idle_cpu: f64,
+}
+
+fn config(system: System, prefix: &str, dir: std::path::PathBuf) -> LabConfig {
+    let release = super::ferrolb_controller()
+        .parent()
+        .expect("target/release")
+        .to_path_buf();
+    let binaries = match system {
+        System::FerroLb => Binaries {
+            controller: release.join("ferrolb-controller"),
+            speaker: Some(release.join("ferrolb-speaker")),
+            lab: env!("CARGO_BIN_EXE_ferrolb-lab").into(),
+        },
+        System::MetalLb => Binaries {
+            controller: ferrolb_tests::metallb::dir().join("controller"),
+            speaker: Some(ferrolb_tests::metallb::dir().join("speaker")),
+            lab: env!("CARGO_BIN_EXE_ferrolb-lab").into(),
+        },
+    };
+    let mut c = LabConfig::new(prefix, RouterKind::Bird, binaries, dir);
+    c.system = system;
+    c.apiserver = BackendKind::Real;
+    c
+}
+
+/// Whether the lab part can run here; the reason otherwise.
+pub fn missing() -> Option<String> {
+    if let Err(e) = ferrolb_tests::netns::require_root() {
+        return Some(e.to_string());
+    }
+    let speaker = super::ferrolb_controller().with_file_name("ferrolb-speaker");
+    (!speaker.is_file()).then(|| {
+        format!(
+            "{} (cargo build --release -p ferrolb-speaker)",
+            speaker.display()
+        )
+    })
+}
+
+/// Runs every lab scenario for `system`, `repeat` times where timed.
+pub fn run(system: System, repeat: usize) -> LabFigures {
+    let mut f = LabFigures::default();
+    let prefix = ferrolb_tests::netns::unique_prefix("fbsbs");
+    let dir = std::env::temp_dir().join(&prefix);
+    let mut lab = Lab::start(config(system, &prefix, dir)).expect("the lab starts");
+    let services = lab
+        .wait_for_addresses(Duration::from_secs(60))
+        .expect("every lab Service has an address");
+    let web_v4 = services
+        .iter()
+        .find(|s| s.name == "web")
+        .and_then(|s| s.ingress.iter().find(|(ip, _)| ip.is_ipv4()))
+        .map(|(ip, _)| *ip)
+        .expect("web has an IPv4 address");
+    let bgp_v4 = services
+        .iter()
+        .find(|s| s.name == "web-bgp")
+        .and_then(|s| s.ingress.iter().find(|(ip, _)| ip.is_ipv4()))
+        .map(|(ip, _)| *ip)
+        .expect("web-bgp has an IPv4 address");
+    lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(60))
+        .expect("the router routes web-bgp through every node");
+
+    for (fault, what) in [
+        (Fault::SpeakerKilled, "owner's speaker killed"),
+        (Fault::NodeCutOff, "owner's node cut off"),
+    ] {
+        for run in 0..repeat {
+            let r =
+                report::failover_address(&mut lab, "web", web_v4, fault, Duration::from_secs(60))
+                    .expect("another node answers");
+            eprintln!(
+                "  {}: {what} #{}: answered by {} after {} ms ({} unanswered), router withdrew \
+                 in {}",
+                system_name(system),
+                run + 1,
+                r.new_owner,
+                r.elapsed.as_millis(),
+                r.failures,
+                r.bgp_withdrawn
+                    .map_or("-".into(), |d| format!("{} ms", d.as_millis()))
+            );
+            match fault {
+                Fault::SpeakerKilled => f.kill_moved.push(r.elapsed),
+                Fault::NodeCutOff => {
+                    f.cut_outage.push(r.elapsed);
+                    f.cut_unanswered += r.failures;
+                    if let Some(d) = r.bgp_withdrawn {
+                        f.cut_withdrawn.push(d);
+                    }
+                }
+            }
+            report::restore(&mut lab, &r).expect("the fault is undone");
+            lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(60))
+                .expect("every node routed through again");
+        }
+    }
+
+    let (l2, bgp) = rolling_restart(&mut lab, web_v4, bgp_v4);
+    f.rolling_l2 = l2;
+    f.rolling_bgp = bgp;
+    eprintln!(
+        "  {}: rolling restart: layer 2 {} requests, {} timed out, {} reset; BGP {} requests, \
+         {} timed out, {} reset",
+        system_name(system),
+        l2.0,
+        l2.1,
+        l2.2,
+        bgp.0,
+        bgp.1,
+        bgp.2
+    );
+
+    routes(&mut lab, system, repeat.min(5), &mut f);
+    f
+}
+
+fn system_name(system: System) -> &'static str {
+    match system {
+        System::FerroLb => "FerroLB",
+        System::MetalLb => "MetalLB",
+    }
+}
+
+/// `(requests, timed out, reset)`.
+fn tally(r: &Requests) -> (usize, usize, usize) {
+    let lost = r.lost();
+    let resets = lost
+        .iter()
+        .filter(|(_, why)| matches!(why, Err(NoAnswer::Refused(_))))
+        .count();
+    (r.results.len(), lost.len() - resets, resets)
+}
+
+/// A DaemonSet rolling update of the speakers: SIGTERM (30 s grace), a new speaker once the old
+/// one has exited, the next node once the router has every node's session and route again and
+/// 5 s have passed (`minReadySeconds: 5`): the same pacing for both systems, whatever their own
+/// readiness signals. Meanwhile the client on the segment asks `l2` and the client behind the
+/// router asks `bgp`, every 10 ms, each request given up after 250 ms.
+fn rolling_restart(
+    lab: &mut Lab,
+    l2: IpAddr,
+    bgp: IpAddr,
+) -> ((usize, usize, usize), (usize, usize, usize)) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let every = Duration::from_millis(10);
+    let give_up = Duration::from_millis(250);
+    let segment = lab.ask_from_client_every(l2, every, give_up, stop.clone());
+    let remote = lab.ask_from_remote_every(bgp, every, give_up, stop.clone());
+    std::thread::sleep(Duration::from_secs(1));
+    for (i, name) in NODE_NAMES.iter().enumerate() {
+        assert!(
+            lab.stop_speaker(i, Duration::from_secs(30)),
+            "{name}'s speaker ignored SIGTERM"
+        );
+        lab.start_speaker(i).expect("the speaker starts");
+        lab.wait_for_route(bgp, &[0, 1, 2], Duration::from_secs(120))
+            .expect("routed through every node again");
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let segment = segment.join().unwrap().expect("the segment client ran");
+    let remote = remote.join().unwrap().expect("the remote client ran");
+    (tally(&segment), tally(&remote))
+}
+
+/// 1,000 Services from their own pool, announced over BGP, each with a ready endpoint on every
+/// node: then node-a's speaker is killed and started `repeat` times, and the time from its
+/// start to the router routing all 1,000 through node-a again is measured. Then node-a's
+/// speaker's RSS, and its CPU over 10 s with nothing changing.
+fn routes(lab: &mut Lab, system: System, repeat: usize, f: &mut LabFigures) {
+    let (api, ns) = match system {
+        System::FerroLb => ("ferrolb.io/v1beta1", ferrolb_tests::lab::INSTALL_NS),
+        System::MetalLb => ("metallb.io/v1beta1", ferrolb_tests::metallb::NAMESPACE),
+    };
+    let config = vec![
+        json!({"apiVersion": api, "kind": "IPAddressPool",
+               "metadata": {"name": "routes", "namespace": ns},
+               "spec": {"addresses": [ROUTES_POOL], "autoAssign": false}}),
+        json!({"apiVersion": api, "kind": "BGPAdvertisement",
+               "metadata": {"name": "routes", "namespace": ns},
+               "spec": {"ipAddressPools": ["routes"]}}),
+    ];
+    let client = lab.client();
+    lab.block(async move {
+        ferrolb_tests::lab::manifests::server_side_apply(&client, &config, "bench")
+            .await
+            .expect("the routes pool applies");
+        let services = Api::<Service>::namespaced(client.clone(), "default");
+        let slices = Api::<EndpointSlice>::namespaced(client, "default");
+        futures::stream::iter((0..1000).map(|i| {
+            let (services, slices) = (services.clone(), slices.clone());
+            async move {
+                let name = format!("route-{i}");
+                let svc: Service = serde_json::from_value(json!({
+                    "metadata": {"name": name, "annotations": {"metallb.io/address-pool": "routes"}},
+                    "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                             "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+                }))
+                .unwrap();
+                let endpoints: Vec<_> = (0..NODE_NAMES.len())
+                    .map(|n| json!({"addresses": [format!("10.99.{}.{}", 20 + n, i % 250 + 1)],
+                                    "conditions": {"ready": true}, "nodeName": NODE_NAMES[n]}))
+                    .collect();
+                let slice: EndpointSlice = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{name}-lab"),
+                                 "labels": {"kubernetes.io/service-name": name}},
+                    "addressType": "IPv4",
+                    "endpoints": endpoints,
+                    "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                }))
+                .unwrap();
+                for _ in 0..20 {
+                    if services.create(&PostParams::default(), &svc).await.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                for _ in 0..20 {
+                    if slices.create(&PostParams::default(), &slice).await.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }))
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    });
+    let pool: ipnet::IpNet = ROUTES_POOL.parse().unwrap();
+    let through_a = |lab: &Lab| {
+        let hop = IpAddr::from(node_v4(0));
+        lab.router
+            .kernel_routes()
+            .iter()
+            .filter(|r| {
+                r.prefix
+                    .split('/')
+                    .next()
+                    .and_then(|p| p.parse::<IpAddr>().ok())
+                    .is_some_and(|ip| pool.contains(&ip))
+                    && r.next_hops.contains(&hop)
+            })
+            .count()
+    };
+    lab.wait(
+        Duration::from_secs(300),
+        "1,000 routes through node-a",
+        || (through_a(lab) == 1000).then_some(()),
+    )
+    .expect("the router routes all 1,000 Services through node-a");
+    for run in 0..repeat {
+        lab.kill_speaker(0);
+        lab.wait(Duration::from_secs(60), "node-a's routes withdrawn", || {
+            (through_a(lab) == 0).then_some(())
+        })
+        .expect("the router withdraws a killed speaker's routes");
+        let start = Instant::now();
+        lab.start_speaker(0).expect("the speaker starts");
+        lab.wait(
+            Duration::from_secs(300),
+            "1,000 routes through node-a",
+            || (through_a(lab) == 1000).then_some(()),
+        )
+        .expect("all 1,000 routes back");
+        let took = start.elapsed();
+        eprintln!(
+            "  {}: 1,000 routes #{} at the router {:.2} s after the speaker started",
+            system_name(system),
+            run + 1,
+            took.as_secs_f64()
+        );
+        f.routes_1000.push(took);
+    }
+    let pid = lab.speaker_pid(0).expect("node-a's speaker runs");
+    std::thread::sleep(Duration::from_secs(5));
+    let cpu0 = cpu_time(pid);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(10));
+    f.speaker_idle_cpu = (cpu_time(pid) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    f.speaker_rss_kib = status_kib(pid, "VmRSS:");
+}
