@@ -49,20 +49,6 @@ fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// User + system CPU time of `pid`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
-}
-
 fn sub(a: (usize, usize), b: (usize, usize)) -> (usize, usize) {
     (a.0 - b.0, a.1 - b.1)
 }
@@ -249,14 +235,14 @@ async fn run(n: usize, kind: BackendKind) {
     let mut leader = spawn_controller(&kubeconfig, "leader");
     let cold_at = cold_done.await.expect("every Service got an address");
     let cold = cold_at - start;
-    let cold_cpu = cpu_time(leader.id());
+    let cold_cpu = ferrolb_tests::process::cpu_time(leader.id());
     let cold_writes = sub(controller_writes(&backend), writes_before);
 
     // A standby replica, then (c) N more Services created while the leader runs.
     let mut standby = spawn_controller(&kubeconfig, "standby");
     tokio::time::sleep(Duration::from_secs(3)).await; // its caches are synced
     let standby_before = proc_status_kib(standby.id(), "VmRSS:");
-    let cpu_before = cpu_time(leader.id());
+    let cpu_before = ferrolb_tests::process::cpu_time(leader.id());
     let writes_before = controller_writes(&backend);
     let live_done = count_addressed(api.clone(), "b".into(), n);
     let start = Instant::now();
@@ -264,7 +250,7 @@ async fn run(n: usize, kind: BackendKind) {
     let created = start.elapsed();
     let live_at = live_done.await.expect("every new Service got an address");
     let live = live_at - start;
-    let live_cpu = cpu_time(leader.id()) - cpu_before;
+    let live_cpu = ferrolb_tests::process::cpu_time(leader.id()) - cpu_before;
     let live_writes = sub(controller_writes(&backend), writes_before);
     let peak = proc_status_kib(leader.id(), "VmHWM:");
     // (d) 10,000 changes to existing Services, with the standby's RSS before and after.

@@ -37,8 +37,8 @@ use ferrolb_tests::metallb;
 use ferrolb_tests::process::{cpu_time, status_kib};
 use ferrolb_tests::realkube::{self, RealKube, RealKubeConfig};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Service};
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
@@ -177,19 +177,9 @@ impl Cluster {
         realkube::install_crds(&client, &[crds])
             .await
             .expect("CRDs install");
-        for ns in [system.namespace(), APPS] {
-            let ns = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(ns.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            Api::<Namespace>::all(client.clone())
-                .create(&PostParams::default(), &ns)
-                .await
-                .expect("namespace");
-        }
+        realkube::create_namespaces(&client, &[system.namespace(), APPS])
+            .await
+            .expect("namespaces");
         if system == System::MetalLb {
             metallb::create_pods(
                 &client,

@@ -705,6 +705,28 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Creates the namespaces `names` (one that exists already is left alone).
+pub async fn create_namespaces(client: &kube::Client, names: &[&str]) -> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PostParams;
+    let api: Api<Namespace> = Api::all(client.clone());
+    for name in names {
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some((*name).into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(kube_err(format!("creating namespace {name}"))(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Applies every CustomResourceDefinition in the `*.yaml` files of `dirs` (server-side apply,
 /// field manager `ferrolb-tests`) and waits until each is `Established`, so custom resources can
 /// be created right away. A CRD the server refuses (schema, CEL cost budget) is an error naming it.

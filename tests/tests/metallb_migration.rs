@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Event, Namespace, Service};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Event, Service};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use ferrolb_tests::metallb;
@@ -258,20 +258,6 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-async fn create_namespace(client: &kube::Client, name: &str) {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace created");
-}
-
 async fn create_services(api: &Api<Service>, wants: &[Want]) {
     futures::stream::iter(wants.iter().map(|w| {
         let api = api.clone();
@@ -320,9 +306,9 @@ async fn services_keep_the_addresses_metallb_gave_them_after_ferrolb_migrate_and
     )
     .await
     .expect("MetalLB's and FerroLB's CRDs install");
-    for ns in [metallb::NAMESPACE, FERROLB_NS, APPS] {
-        create_namespace(&client, ns).await;
-    }
+    realkube::create_namespaces(&client, &[metallb::NAMESPACE, FERROLB_NS, APPS])
+        .await
+        .expect("namespaces created");
     let docs: Vec<Value> = serde_norway::Deserializer::from_str(METALLB_CONFIG)
         .map(|d| serde::Deserialize::deserialize(d).expect("a YAML document"))
         .collect();
