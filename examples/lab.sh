@@ -11,6 +11,7 @@
 #   sudo ./examples/lab.sh --down          remove a lab left running or crashed
 #   sudo ./examples/lab.sh --apiserver real   on a real kube-apiserver + etcd (built once by
 #                                            scripts/realkube from Go modules; needs Go)
+#   sudo ./examples/lab.sh --system metallb  the same lab with MetalLB v0.16.2 (scripts/metallb)
 #
 # Needs Debian's iproute2 iputils-arping ndisc6 bird2 (or frr); the lab names what is missing.
 set -euo pipefail
@@ -40,6 +41,10 @@ else
 fi
 case " $* " in
   *" --apiserver real "* | *" --apiserver=real "*) scripts/realkube >/dev/null ;;
+esac
+# MetalLB's lab runs on the real API server, with MetalLB built from the module proxy.
+case " $* " in
+  *" --system metallb "* | *" --system=metallb "*) scripts/realkube >/dev/null && scripts/metallb >/dev/null ;;
 esac
 
 if [ "$(id -u)" -ne 0 ]; then

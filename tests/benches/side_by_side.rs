@@ -1,25 +1,35 @@
 //! MetalLB and FerroLB side by side, on the same machine in the same run, each against a real
 //! kube-apiserver of its own (`scripts/realkube`) with its own CRDs and the equivalent
 //! configuration, never both at once. MetalLB is v0.16's own controller (`scripts/metallb`);
-//! FerroLB is the release `ferrolb-controller` (`cargo build --release -p ferrolb-controller`).
+//! FerroLB is the release `ferrolb-controller` and `ferrolb-speaker`.
 //!
 //! ```sh
-//! scripts/realkube && scripts/metallb && cargo build --release -p ferrolb-controller
+//! scripts/realkube && scripts/metallb && cargo build --release -p ferrolb-controller -p ferrolb-speaker
 //! cargo bench -p ferrolb-tests --bench side_by_side
 //! FERROLB_BENCH_REPEAT=3 FERROLB_BENCH_V6_SERVICES=2000 cargo bench -p ferrolb-tests --bench side_by_side
 //! ```
 //!
-//! Scenarios (the controller's share of the comparison; the layer-2 and BGP scenarios need the
-//! speakers in the lab):
+//! Controller scenarios, each system against a real kube-apiserver of its own:
 //! - **assign 1,000**: with the controller caught up, 1,000 Services are created (32 requests in
 //!   flight); the time from the first create to the last address seen by a watch. Repeated
 //!   `FERROLB_BENCH_REPEAT` times (10), every Service deleted in between.
 //! - **restarts under churn**: with 1,000 Services assigned, the controller is killed (SIGKILL),
 //!   50 Services are deleted and 50 created while it is down, and it starts again; 5 times. Counts
-//!   the Services that existed before a restart and hold a different address after it.
+//!   the Services that existed before a restart and hold a different address after it. FerroLB
+//!   restarts with the same identity, as a Pod whose container restarts does.
 //! - **IPv6 /64 pool**: `FERROLB_BENCH_V6_SERVICES` (10,000) Services from a /64 pool: the time
 //!   to assign them all, the controller's CPU time meanwhile, its peak and settled RSS, and its
 //!   idle CPU over 10 s afterwards.
+//!
+//! Lab scenarios (needs root; `side_by_side/lab.rs`): the lab's three nodes, BIRD router and two
+//! clients, with each system's controller and speakers (`ferrolb-lab --system metallb` shows the
+//! MetalLB lab): the owner's speaker SIGKILLed and the owner's node cut off, `FERROLB_BENCH_REPEAT`
+//! times each (the client on the segment asks every 20 ms; the router's routes are watched); a
+//! rolling restart of the three speakers with clients asking every 10 ms; 1,000 Services over
+//! BGP: from a speaker's start to all 1,000 routes through its node at the router (5 times), then
+//! the speaker's RSS and idle CPU.
+//!
+//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part.
 //!
 //! Prints one table with both systems and the ratio (MetalLB / FerroLB: above 1, FerroLB is
 //! faster or smaller). Asserts nothing but that both systems assign every Service.
@@ -104,7 +114,7 @@ impl Controller {
     fn start(system: System, kube: &RealKube) -> Self {
         match system {
             System::MetalLb => Controller::MetalLb(
-                metallb::Process::controller(kube.kubeconfig(), "error")
+                metallb::Process::controller(kube.kubeconfig(), "none")
                     .expect("MetalLB's controller starts"),
             ),
             System::FerroLb => Controller::FerroLb(
@@ -294,7 +304,10 @@ fn service(name: &str, v6: bool) -> Service {
     let mut svc = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": APPS},
+        // No node ports: 10,000 Services would exhaust the default node port range (2,768),
+        // and a bare-metal load balancer does not need them.
         "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                 "allocateLoadBalancerNodePorts": false,
                  "ports": [{"port": 80, "protocol": "TCP"}]},
     });
     if v6 {

@@ -41,7 +41,7 @@ pub struct LabFigures {
     pub routes_1000: Vec<Duration>,
     /// Speaker RSS (KiB) and idle CPU (%) with 1,000 more Services, node-a.
     pub speaker_rss_kib: u64,
-    /// Idle CPU of node-a's speaker over 10 s with nothing changing.
+    /// Idle CPU of node-a's speaker over 30 s with nothing changing.
     pub speaker_idle_cpu: f64,
 }
 
@@ -212,7 +212,7 @@ fn rolling_restart(
 /// 1,000 Services from their own pool, announced over BGP, each with a ready endpoint on every
 /// node: then node-a's speaker is killed and started `repeat` times, and the time from its
 /// start to the router routing all 1,000 through node-a again is measured. Then node-a's
-/// speaker's RSS, and its CPU over 10 s with nothing changing.
+/// speaker's RSS, and its CPU over 30 s with nothing changing (from 20 s after its start).
 fn routes(lab: &mut Lab, system: System, repeat: usize, f: &mut LabFigures) {
     let (api, ns) = match system {
         System::FerroLb => ("ferrolb.io/v1beta1", ferrolb_tests::lab::INSTALL_NS),
@@ -319,10 +319,11 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, f: &mut LabFigures) {
         f.routes_1000.push(took);
     }
     let pid = lab.speaker_pid(0).expect("node-a's speaker runs");
-    std::thread::sleep(Duration::from_secs(5));
+    // Settled: 20 s after the last restart, then 30 s with nothing changing.
+    std::thread::sleep(Duration::from_secs(20));
     let cpu0 = cpu_time(pid);
     let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(30));
     f.speaker_idle_cpu = (cpu_time(pid) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
     f.speaker_rss_kib = status_kib(pid, "VmRSS:");
 }
