@@ -15,6 +15,12 @@
 //! Service's status patch to its new address's first gratuitous ARP (p50/p99/max over 100
 //! changes). Needs root, `ip` and `tcpdump`. Prints figures; asserts nothing.
 //!
+//! `FERROLB_BENCH_SYSTEMS=ferrolb,metallb` runs MetalLB v0.16's speaker too (`scripts/metallb`),
+//! each with its own CRDs and the same pool and layer-2 advertisement (from node-0000 only, so
+//! that MetalLB's speaker, without memberlist, also owns every address), one after the other:
+//! the same figures side by side, except the two MetalLB's log and metrics do not give (caches
+//! synced, status written).
+//!
 //! `FERROLB_BENCH_WRAP="heaptrack -o /tmp/speaker"` runs the speaker under a profiler (the command
 //! and its arguments, split on spaces); the CPU and RSS figures are then the wrapper's, not the
 //! speaker's.
@@ -45,6 +51,30 @@ const NODE_ADDR: &str = "10.250.0.2/24";
 const POOL: &str = "10.128.0.0/16";
 const CONCURRENCY: usize = 32;
 const CHANGES: usize = 100;
+
+/// Which speaker runs: FerroLB's, or MetalLB v0.16's (`scripts/metallb`) with the equivalent
+/// configuration, for the side-by-side figures (`FERROLB_BENCH_SYSTEMS=ferrolb,metallb`).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum System {
+    FerroLb,
+    MetalLb,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::FerroLb => "FerroLB",
+            System::MetalLb => "MetalLB",
+        }
+    }
+
+    fn namespace(self) -> &'static str {
+        match self {
+            System::FerroLb => NS,
+            System::MetalLb => ferrolb_tests::metallb::NAMESPACE,
+        }
+    }
+}
 
 fn run(cmd: &str, args: &[&str]) -> std::process::Output {
     Command::new(cmd).args(args).output().expect(cmd)
@@ -164,9 +194,9 @@ fn slice(service: &str, node: &str) -> EndpointSlice {
     }))
 }
 
-async fn populate(client: &kube::Client, n: usize, others: usize, nodes: usize) {
+async fn populate(client: &kube::Client, system: System, n: usize, others: usize, nodes: usize) {
     let t = Instant::now();
-    for ns in [NS, APPS] {
+    for ns in [system.namespace(), APPS] {
         let _ = Api::<Namespace>::all(client.clone())
             .create(
                 &PostParams::default(),
@@ -183,22 +213,31 @@ async fn populate(client: &kube::Client, n: usize, others: usize, nodes: usize) 
         })
         .collect();
     create_all(Api::all(client.clone()), node_objects).await;
-    let pools = Api::<ferrolb_api::v1beta1::IPAddressPool>::namespaced(client.clone(), NS);
-    create_all(
-        pools,
-        vec![from_json(
-            json!({"metadata": {"name": "bench"}, "spec": {"addresses": [POOL]}}),
-        )],
-    )
-    .await;
-    let l2 = Api::<ferrolb_api::v1beta1::L2Advertisement>::namespaced(client.clone(), NS);
-    create_all(
-        l2,
-        vec![from_json(
-            json!({"metadata": {"name": "bench"}, "spec": {}}),
-        )],
-    )
-    .await;
+    // One pool, announced over layer 2 from node-0000 only: with no other speaker running, that
+    // makes the one speaker the owner of every address for MetalLB too (without memberlist it
+    // counts every selected node as a candidate).
+    let (api, ns) = match system {
+        System::FerroLb => ("ferrolb.io/v1beta1", NS),
+        System::MetalLb => ("metallb.io/v1beta1", ferrolb_tests::metallb::NAMESPACE),
+    };
+    let config = vec![
+        json!({"apiVersion": api, "kind": "IPAddressPool",
+               "metadata": {"name": "bench", "namespace": ns}, "spec": {"addresses": [POOL]}}),
+        json!({"apiVersion": api, "kind": "L2Advertisement",
+               "metadata": {"name": "bench", "namespace": ns},
+               "spec": {"nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": "node-0000"}}]}}),
+    ];
+    ferrolb_tests::lab::manifests::server_side_apply(client, &config, "bench")
+        .await
+        .expect("the pool and its advertisement");
+    if system == System::MetalLb {
+        ferrolb_tests::metallb::create_pods(
+            client,
+            &[(METALLB_POD, "app=metallb,component=speaker", Some(NODE_IP))],
+        )
+        .await
+        .expect("the speaker's Pod object");
+    }
     let services = Api::<Service>::namespaced(client.clone(), APPS);
     create_all(services.clone(), (0..n).map(lb_service).collect()).await;
     futures::stream::iter(0..n)
@@ -268,21 +307,39 @@ fn topology() {
     }
 }
 
+/// MetalLB's speaker Pod object (it reads its own Pod at start).
+const METALLB_POD: &str = "speaker-node-0000";
+/// The speaker's node address (`NODE_ADDR` without its length).
+const NODE_IP: &str = "10.250.0.2";
+
 fn speaker_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ferrolb-speaker"))
 }
 
-fn spawn_speaker(kubeconfig: &Path, log: &Path) -> Child {
+fn spawn_speaker(system: System, kubeconfig: &Path, log: &Path) -> Child {
     let wrap = std::env::var("FERROLB_BENCH_WRAP").unwrap_or_default();
-    Command::new("ip")
-        .args(["netns", "exec", NETNS])
-        .args(wrap.split_whitespace())
-        .arg(speaker_bin())
-        .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
-        .args(["--node-name", "node-0000", "--namespace", NS])
-        .args(["--metrics-addr", "127.0.0.1:7473", "--log-level", "info"])
-        .args(["--log-format", "json"])
-        .stdout(std::fs::File::create(log).unwrap())
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", NETNS])
+        .args(wrap.split_whitespace());
+    match system {
+        System::FerroLb => cmd
+            .arg(speaker_bin())
+            .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--node-name", "node-0000", "--namespace", NS])
+            .args(["--metrics-addr", "127.0.0.1:7473", "--log-level", "info"])
+            .args(["--log-format", "json"]),
+        // No memberlist (no --ml-* flags): alone, as FerroLB's speaker is without a gossip key.
+        System::MetalLb => cmd
+            .arg(ferrolb_tests::metallb::dir().join("speaker"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args([
+                "--node-name=node-0000",
+                &format!("--pod-name={METALLB_POD}"),
+            ])
+            .arg(format!("--namespace={}", ferrolb_tests::metallb::NAMESPACE))
+            .args(["--port=0", "--log-level=info"]),
+    };
+    cmd.stdout(std::fs::File::create(log).unwrap())
         .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
         .spawn()
         .expect("speaker binary")
@@ -329,15 +386,20 @@ fn metric(name: &str) -> Option<f64> {
         .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
 }
 
-async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
+async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: BackendKind) {
     eprintln!(
-        "== {n} LoadBalancer Services, {others} others, {nodes} Nodes ({})",
+        "== {}: {n} LoadBalancer Services, {others} others, {nodes} Nodes ({})",
+        system.name(),
         kind.as_str()
     );
     topology();
+    let crds = match system {
+        System::FerroLb => ferrolb_api::crd::chart_crd_dir(),
+        System::MetalLb => ferrolb_tests::metallb::crd_dir(),
+    };
     let backend = Backend::start_kind(
         kind,
-        &[ferrolb_api::crd::chart_crd_dir()],
+        &[crds],
         |mut c| {
             c.listen = SocketAddr::new(API_ADDR.into(), 0);
             c
@@ -351,7 +413,7 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
     .await
     .expect("an API server");
     let client = backend.client();
-    populate(&client, n, others, nodes).await;
+    populate(&client, system, n, others, nodes).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     backend.write_kubeconfig(&kubeconfig).unwrap();
@@ -366,7 +428,7 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
     let log = dir.path().join("speaker.log");
     let started = epoch();
     let start = Instant::now();
-    let mut speaker = spawn_speaker(&kubeconfig, &log);
+    let mut speaker = spawn_speaker(system, &kubeconfig, &log);
     let pid = speaker.id();
     // `ip netns exec` execs the speaker, so the pid is the speaker's.
     let wanted: Vec<Ipv4Addr> = (0..n).map(address).collect();
@@ -384,11 +446,14 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let synced = synced_after(&log).unwrap_or_default();
+    // MetalLB's log does not say when its caches synced.
+    let synced = synced_after(&log);
     let answered = Duration::from_secs_f64(last - started);
-    // Settled: every status object written.
+    // Settled: every status object written (FerroLB says so in a metric; MetalLB gets the same
+    // 5 s below and no more).
     let settle = Instant::now();
-    while metric("ferrolb_status_pending") != Some(0.0)
+    while system == System::FerroLb
+        && metric("ferrolb_status_pending") != Some(0.0)
         && settle.elapsed() < Duration::from_secs(600)
     {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -436,11 +501,13 @@ async fn bench(n: usize, others: usize, nodes: usize, kind: BackendKind) {
     drop(backend);
     let _ = run("ip", &["netns", "del", NETNS]);
     let _ = run("ip", &["link", "del", HOST_IF]);
+    let secs = |d: Option<Duration>| d.map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()));
     println!(
-        "| {n:>6} | {others:>6} | {nodes:>5} | {:>7.2} s | {:>7.2} s | {:>7.2} s | {:>6.1} MiB | {:>6.1} MiB | {:>6.3} % | {:>6.1} / {:>6.1} / {:>6.1} ms | {:>5.0} s |",
-        synced.as_secs_f64(),
+        "| {} | {n:>6} | {others:>6} | {nodes:>5} | {} | {:>7.2} s | {} | {:>6.1} MiB | {:>6.1} MiB | {:>6.3} % | {:>6.1} / {:>6.1} / {:>6.1} ms | {:>5.0} s |",
+        system.name(),
+        secs(synced),
         answered.as_secs_f64(),
-        answered.as_secs_f64() - synced.as_secs_f64(),
+        secs(synced.map(|s| answered.saturating_sub(s))),
         rss as f64 / 1024.0,
         peak as f64 / 1024.0,
         idle.as_secs_f64() / idle_window.as_secs_f64() * 100.0,
@@ -475,11 +542,27 @@ async fn main() {
     };
     let others = env("FERROLB_BENCH_OTHERS", 50_000);
     let nodes = env("FERROLB_BENCH_NODES", 1000);
+    let systems: Vec<System> = std::env::var("FERROLB_BENCH_SYSTEMS")
+        .unwrap_or_else(|_| "ferrolb".into())
+        .split(',')
+        .map(|s| match s.trim() {
+            "metallb" => System::MetalLb,
+            _ => System::FerroLb,
+        })
+        .collect();
+    if systems.contains(&System::MetalLb)
+        && let Some(p) = ferrolb_tests::metallb::missing()
+    {
+        eprintln!("scale: {} is missing (scripts/metallb)", p.display());
+        std::process::exit(1);
+    }
     println!(
-        "| LB Services | others | Nodes | caches synced | last address answered | answered after sync | RSS | peak RSS | idle CPU | change → wire p50 / p99 / max | status written |"
+        "| speaker | LB Services | others | Nodes | caches synced | last address answered | answered after sync | RSS | peak RSS | idle CPU | change → wire p50 / p99 / max | status written |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for n in sizes {
-        bench(n, others, nodes, kind).await;
+        for &system in &systems {
+            bench(system, n, others, nodes, kind).await;
+        }
     }
 }
