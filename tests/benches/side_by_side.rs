@@ -24,7 +24,8 @@
 //! Lab scenarios (needs root; `side_by_side/lab.rs`): the lab's three nodes, BIRD router and two
 //! clients, with each system's controller and speakers (`ferrolb-lab --system metallb` shows the
 //! MetalLB lab): the owner's speaker SIGKILLed and the owner's node cut off, `FERROLB_BENCH_REPEAT`
-//! times each (the client on the segment asks every 20 ms; the router's routes are watched); a
+//! times each (the client on the segment asks every 20 ms and captures ARP for the new owner's
+//! first gratuitous ARP; the router's routes are watched); a
 //! rolling restart of the three speakers with clients asking every 10 ms; 1,000 Services over
 //! BGP: from a speaker's start to all 1,000 routes through its node at the router (5 times), then
 //! the speaker's RSS and idle CPU.
@@ -610,6 +611,22 @@ fn lab_rows(m: &lab::LabFigures, f: &lab::LabFigures, repeat: usize) {
         spread(&m.kill_moved),
         spread(&f.kill_moved),
         ratio(median(&m.kill_moved), median(&f.kill_moved)),
+    );
+    row(
+        &format!(
+            "L2: owner's speaker SIGKILLed -> new owner's first gratuitous ARP, median / max of {repeat}"
+        ),
+        spread(&m.kill_garp),
+        spread(&f.kill_garp),
+        ratio(median(&m.kill_garp), median(&f.kill_garp)),
+    );
+    row(
+        &format!(
+            "L2: owner's node cut off -> new owner's first gratuitous ARP, median / max of {repeat}"
+        ),
+        spread(&m.cut_garp),
+        spread(&f.cut_garp),
+        ratio(median(&m.cut_garp), median(&f.cut_garp)),
     );
     row(
         &format!(

@@ -27,6 +27,11 @@ const ROUTES_POOL: &str = "10.99.64.0/22";
 pub struct LabFigures {
     /// SIGKILL of the owner's speaker → the client on the segment answered by another node.
     pub kill_moved: Vec<Duration>,
+    /// SIGKILL of the owner's speaker → the new owner's first gratuitous ARP for the address, as
+    /// captured on the client.
+    pub kill_garp: Vec<Duration>,
+    /// The owner's node cut off → the new owner's first gratuitous ARP.
+    pub cut_garp: Vec<Duration>,
     /// The owner's node cut off the segment → the client answered by another node.
     pub cut_outage: Vec<Duration>,
     /// Requests (every 20 ms) unanswered during those outages.
@@ -106,6 +111,19 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
     lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(60))
         .expect("the router routes web-bgp through every node");
 
+    // Every ARP packet the client sees, stamped as the fault is (seconds since the epoch).
+    let arp_dump = lab.dir().join("client-arp.txt");
+    let mut tcpdump = lab
+        .topo
+        .client
+        .spawn(
+            &["tcpdump", "-tt", "-n", "-e", "-l", "-i", "eth0", "arp"],
+            &arp_dump,
+        )
+        .expect("tcpdump on the client");
+    let macs: Vec<String> = (0..NODE_NAMES.len())
+        .map(|i| lab.topo.node_mac(i).expect("a node's MAC"))
+        .collect();
     for (fault, what) in [
         (Fault::SpeakerKilled, "owner's speaker killed"),
         (Fault::NodeCutOff, "owner's node cut off"),
@@ -125,6 +143,26 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
                 r.bgp_withdrawn
                     .map_or("-".into(), |d| format!("{} ms", d.as_millis()))
             );
+            let new = NODE_NAMES
+                .iter()
+                .position(|n| *n == r.new_owner)
+                .expect("a lab node");
+            let garp = lab
+                .wait(
+                    Duration::from_secs(5),
+                    "the new owner's gratuitous ARP",
+                    || first_garp(&arp_dump, r.fault_epoch, &macs[new], web_v4),
+                )
+                .expect("the new owner announces the address");
+            let garp = Duration::from_secs_f64((garp - r.fault_epoch).max(0.0));
+            eprintln!(
+                "    new owner's first gratuitous ARP {} ms after the fault",
+                garp.as_millis()
+            );
+            match fault {
+                Fault::SpeakerKilled => f.kill_garp.push(garp),
+                Fault::NodeCutOff => f.cut_garp.push(garp),
+            }
             match fault {
                 Fault::SpeakerKilled => f.kill_moved.push(r.elapsed),
                 Fault::NodeCutOff => {
@@ -141,6 +179,7 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
         }
     }
 
+    tcpdump.kill();
     let (l2, bgp) = rolling_restart(&mut lab, web_v4, bgp_v4);
     f.rolling_l2 = l2;
     f.rolling_bgp = bgp;
@@ -158,6 +197,20 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
 
     routes(&mut lab, system, repeat.min(5), &mut f);
     f
+}
+
+/// The stamp of the first gratuitous ARP (a request or reply for `ip` sent by `ip` itself) from
+/// `mac` after `after` in a `tcpdump -tt -n -e` capture.
+fn first_garp(dump: &std::path::Path, after: f64, mac: &str, ip: IpAddr) -> Option<f64> {
+    let text = std::fs::read_to_string(dump).ok()?;
+    let ip = ip.to_string();
+    text.lines().find_map(|line| {
+        let ts: f64 = line.split_whitespace().next()?.parse().ok()?;
+        let from_mac = line.split_whitespace().nth(1)? == mac;
+        let gratuitous = line.contains(&format!("who-has {ip} tell {ip}"))
+            || line.contains(&format!("Reply {ip} is-at"));
+        (ts > after && from_mac && gratuitous).then_some(ts)
+    })
 }
 
 fn system_name(system: System) -> &'static str {

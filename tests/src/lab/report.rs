@@ -44,6 +44,9 @@ pub struct Failover {
     pub new_owner: String,
     /// From the fault to the first answer from the new owner, as the client saw it.
     pub elapsed: Duration,
+    /// When the fault was applied, in seconds since the Unix epoch (to line it up with
+    /// packet captures, which `tcpdump -tt` stamps the same way).
+    pub fault_epoch: f64,
     /// Requests made while waiting.
     pub attempts: usize,
     /// Requests that got no answer (the outage, in probes).
@@ -109,6 +112,10 @@ pub fn failover_address(
     };
     let had_routes = routed_through(lab);
     let fault_at = Instant::now();
+    let fault_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
     match fault {
         Fault::SpeakerKilled => lab.kill_speaker(index),
         Fault::NodeCutOff => lab.topo.set_node_link(index, false)?,
@@ -149,6 +156,7 @@ pub fn failover_address(
         old_owner,
         new_owner: watched.answer,
         elapsed: watched.elapsed,
+        fault_epoch,
         attempts: watched.attempts,
         failures: watched.failures,
         bgp_withdrawn,
