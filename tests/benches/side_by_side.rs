@@ -236,8 +236,8 @@ impl Cluster {
             .collect()
     }
 
-    /// Waits until the watch holds exactly `names` and each has an address; returns when the
-    /// last one was seen.
+    /// Waits until the watch holds exactly `count` Services and each has an address; returns
+    /// when the last one was seen.
     async fn wait_assigned(&self, count: usize, timeout: Duration) -> Instant {
         let deadline = Instant::now() + timeout;
         loop {
@@ -320,14 +320,9 @@ fn service(name: &str, v6: bool) -> Service {
 }
 
 fn ingress(svc: &Arc<Service>) -> Vec<String> {
-    let mut ips: Vec<String> = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.clone())
+    let mut ips: Vec<String> = ferrolb_api::service::ingress_ips(svc)
+        .iter()
+        .map(ToString::to_string)
         .collect();
     ips.sort();
     ips

@@ -180,14 +180,11 @@ fn service(w: &Want) -> Service {
     .expect("a Service")
 }
 
+/// The Service's addresses as text, for messages and comparisons.
 fn ingress(svc: &Service) -> Vec<String> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.clone())
+    ferrolb_api::service::ingress_ips(svc)
+        .iter()
+        .map(ToString::to_string)
         .collect()
 }
 
@@ -481,27 +478,6 @@ async fn services_keep_the_addresses_metallb_gave_them_after_ferrolb_migrate_and
         .map(|(name, ips)| format!("{name}: {ips:?} -> {:?}", after.get(name)))
         .collect();
     assert!(changed.is_empty(), "addresses changed: {changed:#?}");
-    let events = Api::<Event>::namespaced(client.clone(), APPS)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let changes: Vec<String> = events
-        .items
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.reason.as_deref(),
-                Some("IPChanged" | "ClearAssignment" | "AllocationFailed")
-            )
-        })
-        .map(|e| {
-            format!(
-                "{:?} {:?}: {:?}",
-                e.reason, e.involved_object.name, e.message
-            )
-        })
-        .collect();
-    assert!(changes.is_empty(), "FerroLB reported: {changes:#?}");
 
     // New Services come from the migrated pools, clear of every address in use.
     let new = vec![
@@ -581,6 +557,49 @@ async fn services_keep_the_addresses_metallb_gave_them_after_ferrolb_migrate_and
             );
         }
     }
+
+    // Events are published from their own queue, after the writes: once the new Services'
+    // IPAllocated Events are visible, those of the adoption pass before them are too. Only then
+    // does "no IPChanged" mean something.
+    let events_api = Api::<Event>::namespaced(client.clone(), APPS);
+    wait_until(
+        Duration::from_secs(30),
+        "the new Services' IPAllocated Events",
+        || async {
+            let list = events_api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            match new.iter().find(|w| {
+                !list.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("IPAllocated")
+                        && e.involved_object.name.as_deref() == Some(w.name.as_str())
+                })
+            }) {
+                None => Ok(()),
+                Some(w) => Err(format!("none yet for {}", w.name)),
+            }
+        },
+    )
+    .await;
+    let events = events_api.list(&ListParams::default()).await.unwrap();
+    let changes: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.reason.as_deref(),
+                Some("IPChanged" | "ClearAssignment" | "AllocationFailed")
+            )
+        })
+        .map(|e| {
+            format!(
+                "{:?} {:?}: {:?}",
+                e.reason, e.involved_object.name, e.message
+            )
+        })
+        .collect();
+    assert!(changes.is_empty(), "FerroLB reported: {changes:#?}");
 }
 
 struct KillOnDrop(std::process::Child);
