@@ -391,6 +391,25 @@ mod tests {
     }
 
     #[test]
+    fn aggregation_length_v6_announces_the_covering_ipv6_prefix_once_and_leaves_ipv4_alone() {
+        let mut s = snapshot("a", false, &["a"]);
+        let mut second = s.services[0].clone();
+        second.key = ServiceKey::new("default", "api");
+        second.ingress = vec!["fd00:99:5::f0".parse().unwrap()];
+        s.services.push(second);
+        let a = BgpAdvertisementInfo {
+            aggregation_length_v6: 120,
+            ..adv()
+        };
+        let plan = plan_bgp(&s, &[a], &peers());
+        let prefixes: Vec<String> = plan.per_peer["tor"]
+            .iter()
+            .map(|a| a.prefix.to_string())
+            .collect();
+        assert_eq!(prefixes, ["10.99.5.7/32", "fd00:99:5::/120"]);
+    }
+
+    #[test]
     fn an_advertisement_naming_other_peers_or_other_nodes_announces_nothing_here() {
         let named = BgpAdvertisementInfo {
             peers: vec!["spine".into()],
