@@ -26,11 +26,12 @@
 //! MetalLB lab): the owner's speaker SIGKILLed and the owner's node cut off, `FERROLB_BENCH_REPEAT`
 //! times each (the client on the segment asks every 20 ms and captures ARP for the new owner's
 //! first gratuitous ARP; the router's routes are watched); a
-//! rolling restart of the three speakers with clients asking every 10 ms; 1,000 Services over
-//! BGP: from a speaker's start to all 1,000 routes through its node at the router (5 times), then
-//! the speaker's RSS and idle CPU.
+//! rolling restart of the three speakers with clients asking every 10 ms; 1,000, then 10,000
+//! Services over BGP: from a speaker's start to all of them routed through its node at the
+//! router (5 times each), then the speaker's RSS and idle CPU with 10,000.
 //!
-//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part.
+//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part; `=routes` only the lab's route-count
+//! scenario. `FERROLB_BENCH_ROUTES` gives its counts (`1000,10000`).
 //!
 //! Prints one table with both systems and the ratio (MetalLB / FerroLB: above 1, FerroLB is
 //! faster or smaller). Asserts nothing but that both systems assign every Service.
@@ -487,7 +488,16 @@ async fn main() {
     let v6_count = env_usize("FERROLB_BENCH_V6_SERVICES", 10_000);
     let mut figures = [Figures::default(), Figures::default()];
     let only = std::env::var("FERROLB_BENCH_ONLY").unwrap_or_default();
-    let (controllers, labs) = (only != "lab", only != "controller");
+    let (controllers, labs) = (
+        only.is_empty() || only == "controller",
+        only != "controller",
+    );
+    let routes_only = only == "routes";
+    let route_counts: Vec<usize> = std::env::var("FERROLB_BENCH_ROUTES")
+        .unwrap_or_else(|_| "1000,10000".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
     for (i, system) in [System::MetalLb, System::FerroLb]
         .into_iter()
         .enumerate()
@@ -509,14 +519,21 @@ async fn main() {
     } else {
         for system in [System::MetalLb, System::FerroLb] {
             eprintln!(
-                "{}: the lab (failovers x{repeat}, rolling restart, 1,000 routes)",
-                system.name()
+                "{}: the lab ({}routes {route_counts:?})",
+                system.name(),
+                if routes_only {
+                    String::new()
+                } else {
+                    format!("failovers x{repeat}, rolling restart, ")
+                }
             );
             // The lab runs its own runtime: on a thread of its own, outside this one's.
             let lab_system = system.lab();
-            let figures = std::thread::spawn(move || lab::run(lab_system, repeat))
-                .join()
-                .expect("the lab scenarios ran");
+            let counts = route_counts.clone();
+            let figures =
+                std::thread::spawn(move || lab::run(lab_system, repeat, routes_only, &counts))
+                    .join()
+                    .expect("the lab scenarios ran");
             lab_figures.push(figures);
         }
     }
@@ -531,7 +548,7 @@ async fn main() {
         controller_rows(&figures, repeat, v6_count);
     }
     if let [m, f] = lab_figures.as_slice() {
-        lab_rows(m, f, repeat);
+        lab_rows(m, f, repeat, routes_only);
     }
 }
 
@@ -595,83 +612,96 @@ fn controller_rows(figures: &[Figures; 2], repeat: usize, v6_count: usize) {
     );
 }
 
-fn lab_rows(m: &lab::LabFigures, f: &lab::LabFigures, repeat: usize) {
+fn lab_rows(m: &lab::LabFigures, f: &lab::LabFigures, repeat: usize, routes_only: bool) {
     let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
     let kratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
     let spread = |v: &[Duration]| format!("{} / {} ms", median(v).as_millis(), max(v).as_millis());
+    if !routes_only {
+        row(
+            &format!(
+                "L2: owner's speaker SIGKILLed -> client answered by another node, median / max of {repeat}"
+            ),
+            spread(&m.kill_moved),
+            spread(&f.kill_moved),
+            ratio(median(&m.kill_moved), median(&f.kill_moved)),
+        );
+        row(
+            &format!(
+                "L2: owner's speaker SIGKILLed -> new owner's first gratuitous ARP, median / max of {repeat}"
+            ),
+            spread(&m.kill_garp),
+            spread(&f.kill_garp),
+            ratio(median(&m.kill_garp), median(&f.kill_garp)),
+        );
+        row(
+            &format!(
+                "L2: owner's node cut off -> new owner's first gratuitous ARP, median / max of {repeat}"
+            ),
+            spread(&m.cut_garp),
+            spread(&f.cut_garp),
+            ratio(median(&m.cut_garp), median(&f.cut_garp)),
+        );
+        row(
+            &format!(
+                "L2: owner's node cut off -> client answered again (outage), median / max of {repeat}"
+            ),
+            spread(&m.cut_outage),
+            spread(&f.cut_outage),
+            ratio(median(&m.cut_outage), median(&f.cut_outage)),
+        );
+        row(
+            "L2: requests unanswered in those outages (every 20 ms)",
+            m.cut_unanswered.to_string(),
+            f.cut_unanswered.to_string(),
+            None,
+        );
+        row(
+            &format!(
+                "BGP: node cut off -> router withdraws, median / max of {repeat} (MetalLB native: no BFD)"
+            ),
+            spread(&m.cut_withdrawn),
+            spread(&f.cut_withdrawn),
+            ratio(median(&m.cut_withdrawn), median(&f.cut_withdrawn)),
+        );
+        let rolled = |(n, t, r): (usize, usize, usize)| format!("{t} timed out, {r} reset of {n}");
+        row(
+            "rolling restart of 3 speakers: layer-2 requests lost",
+            rolled(m.rolling_l2),
+            rolled(f.rolling_l2),
+            None,
+        );
+        row(
+            "rolling restart of 3 speakers: BGP requests lost",
+            rolled(m.rolling_bgp),
+            rolled(f.rolling_bgp),
+            None,
+        );
+    }
+    for ((count, m_runs), (_, f_runs)) in m.routes.iter().zip(&f.routes) {
+        row(
+            &format!(
+                "BGP: speaker start -> {count} Service routes at BIRD, median / max of {}",
+                f_runs.len()
+            ),
+            spread(m_runs),
+            spread(f_runs),
+            ratio(median(m_runs), median(f_runs)),
+        );
+    }
     row(
         &format!(
-            "L2: owner's speaker SIGKILLed -> client answered by another node, median / max of {repeat}"
+            "speaker RSS, {} / {} LoadBalancer Services",
+            m.speaker_services, f.speaker_services
         ),
-        spread(&m.kill_moved),
-        spread(&f.kill_moved),
-        ratio(median(&m.kill_moved), median(&f.kill_moved)),
-    );
-    row(
-        &format!(
-            "L2: owner's speaker SIGKILLed -> new owner's first gratuitous ARP, median / max of {repeat}"
-        ),
-        spread(&m.kill_garp),
-        spread(&f.kill_garp),
-        ratio(median(&m.kill_garp), median(&f.kill_garp)),
-    );
-    row(
-        &format!(
-            "L2: owner's node cut off -> new owner's first gratuitous ARP, median / max of {repeat}"
-        ),
-        spread(&m.cut_garp),
-        spread(&f.cut_garp),
-        ratio(median(&m.cut_garp), median(&f.cut_garp)),
-    );
-    row(
-        &format!(
-            "L2: owner's node cut off -> client answered again (outage), median / max of {repeat}"
-        ),
-        spread(&m.cut_outage),
-        spread(&f.cut_outage),
-        ratio(median(&m.cut_outage), median(&f.cut_outage)),
-    );
-    row(
-        "L2: requests unanswered in those outages (every 20 ms)",
-        m.cut_unanswered.to_string(),
-        f.cut_unanswered.to_string(),
-        None,
-    );
-    row(
-        &format!(
-            "BGP: node cut off -> router withdraws, median / max of {repeat} (MetalLB native: no BFD)"
-        ),
-        spread(&m.cut_withdrawn),
-        spread(&f.cut_withdrawn),
-        ratio(median(&m.cut_withdrawn), median(&f.cut_withdrawn)),
-    );
-    let rolled = |(n, t, r): (usize, usize, usize)| format!("{t} timed out, {r} reset of {n}");
-    row(
-        "rolling restart of 3 speakers: layer-2 requests lost",
-        rolled(m.rolling_l2),
-        rolled(f.rolling_l2),
-        None,
-    );
-    row(
-        "rolling restart of 3 speakers: BGP requests lost",
-        rolled(m.rolling_bgp),
-        rolled(f.rolling_bgp),
-        None,
-    );
-    row(
-        "BGP: speaker start -> 1,000 Service routes at BIRD, median / max",
-        spread(&m.routes_1000),
-        spread(&f.routes_1000),
-        ratio(median(&m.routes_1000), median(&f.routes_1000)),
-    );
-    row(
-        "speaker RSS, 1,005 LoadBalancer Services",
         mib(m.speaker_rss_kib),
         mib(f.speaker_rss_kib),
         kratio(m.speaker_rss_kib, f.speaker_rss_kib),
     );
     row(
-        "speaker idle CPU, 1,005 LoadBalancer Services",
+        &format!(
+            "speaker idle CPU, {} / {} LoadBalancer Services",
+            m.speaker_services, f.speaker_services
+        ),
         format!("{:.2} %", m.speaker_idle_cpu),
         format!("{:.2} %", f.speaker_idle_cpu),
         None,

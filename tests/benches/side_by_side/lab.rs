@@ -19,8 +19,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-/// The pool of the route-count scenario: 1,024 addresses on no segment, announced over BGP.
-const ROUTES_POOL: &str = "10.99.64.0/22";
+/// The pool of the route-count scenario: 16,384 addresses on no segment, announced over BGP.
+const ROUTES_POOL: &str = "10.100.0.0/18";
 
 /// What one system did in the lab.
 #[derive(Default)]
@@ -42,9 +42,12 @@ pub struct LabFigures {
     pub rolling_l2: (usize, usize, usize),
     /// The same for the BGP Service, asked from behind the router.
     pub rolling_bgp: (usize, usize, usize),
-    /// A speaker started → the router routes every one of 1,000 Services through its node.
-    pub routes_1000: Vec<Duration>,
-    /// Speaker RSS (KiB) and idle CPU (%) with 1,000 more Services, node-a.
+    /// A speaker started → the router routes every one of N Services through its node, for
+    /// each N of the scenario (1,000, then 10,000).
+    pub routes: Vec<(usize, Vec<Duration>)>,
+    /// LoadBalancer Services in the lab when the speaker's RSS and idle CPU were taken.
+    pub speaker_services: usize,
+    /// Speaker RSS (KiB) of node-a's speaker then.
     pub speaker_rss_kib: u64,
     /// Idle CPU of node-a's speaker over 30 s with nothing changing.
     pub speaker_idle_cpu: f64,
@@ -87,8 +90,9 @@ pub fn missing() -> Option<String> {
     })
 }
 
-/// Runs every lab scenario for `system`, `repeat` times where timed.
-pub fn run(system: System, repeat: usize) -> LabFigures {
+/// Runs every lab scenario for `system`, `repeat` times where timed; with `routes_only`, only
+/// the route-count scenario, for each count in `route_counts`.
+pub fn run(system: System, repeat: usize, routes_only: bool, route_counts: &[usize]) -> LabFigures {
     let mut f = LabFigures::default();
     let prefix = ferrolb_tests::netns::unique_prefix("fbsbs");
     let dir = std::env::temp_dir().join(&prefix);
@@ -111,6 +115,23 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
     lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(60))
         .expect("the router routes web-bgp through every node");
 
+    if !routes_only {
+        failovers_and_rolling_restart(&mut lab, system, repeat, web_v4, bgp_v4, &mut f);
+    }
+    routes(&mut lab, system, repeat.min(5), route_counts, &mut f);
+    f
+}
+
+/// Scenarios 1 and 2: the owner's speaker SIGKILLed and the owner's node cut off, `repeat`
+/// times each, then the rolling restart of the three speakers.
+fn failovers_and_rolling_restart(
+    lab: &mut Lab,
+    system: System,
+    repeat: usize,
+    web_v4: IpAddr,
+    bgp_v4: IpAddr,
+    f: &mut LabFigures,
+) {
     // Every ARP packet the client sees, stamped as the fault is (seconds since the epoch).
     let arp_dump = lab.dir().join("client-arp.txt");
     let mut tcpdump = lab
@@ -129,9 +150,8 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
         (Fault::NodeCutOff, "owner's node cut off"),
     ] {
         for run in 0..repeat {
-            let r =
-                report::failover_address(&mut lab, "web", web_v4, fault, Duration::from_secs(60))
-                    .expect("another node answers");
+            let r = report::failover_address(lab, "web", web_v4, fault, Duration::from_secs(60))
+                .expect("another node answers");
             eprintln!(
                 "  {}: {what} #{}: answered by {} after {} ms ({} unanswered), router withdrew \
                  in {}",
@@ -173,7 +193,7 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
                     }
                 }
             }
-            report::restore(&mut lab, &r).expect("the fault is undone");
+            report::restore(lab, &r).expect("the fault is undone");
             // A session that ended by its hold time puts BIRD in its error wait (60 s at
             // first) before it takes the node's session again.
             lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(180))
@@ -182,7 +202,7 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
     }
 
     tcpdump.kill();
-    let (l2, bgp) = rolling_restart(&mut lab, web_v4, bgp_v4);
+    let (l2, bgp) = rolling_restart(lab, web_v4, bgp_v4);
     f.rolling_l2 = l2;
     f.rolling_bgp = bgp;
     eprintln!(
@@ -196,9 +216,6 @@ pub fn run(system: System, repeat: usize) -> LabFigures {
         bgp.1,
         bgp.2
     );
-
-    routes(&mut lab, system, repeat.min(5), &mut f);
-    f
 }
 
 /// The stamp of the first gratuitous ARP (a request or reply for `ip` sent by `ip` itself) from
@@ -264,11 +281,12 @@ fn rolling_restart(
     (tally(&segment), tally(&remote))
 }
 
-/// 1,000 Services from their own pool, announced over BGP, each with a ready endpoint on every
-/// node: then node-a's speaker is killed and started `repeat` times, and the time from its
-/// start to the router routing all 1,000 through node-a again is measured. Then node-a's
+/// Services from their own pool, announced over BGP, each with a ready endpoint on every node,
+/// created up to each count of `counts` in turn (1,000, then 10,000): at each count node-a's
+/// speaker is killed and started `repeat` times, and the time from its start to the router
+/// routing all of them through node-a again is measured. Then, at the last count, node-a's
 /// speaker's RSS, and its CPU over 30 s with nothing changing (from 20 s after its start).
-fn routes(lab: &mut Lab, system: System, repeat: usize, f: &mut LabFigures) {
+fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mut LabFigures) {
     let (api, ns) = match system {
         System::FerroLb => ("ferrolb.io/v1beta1", ferrolb_tests::lab::INSTALL_NS),
         System::MetalLb => ("metallb.io/v1beta1", ferrolb_tests::metallb::NAMESPACE),
@@ -286,9 +304,96 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, f: &mut LabFigures) {
         ferrolb_tests::lab::manifests::server_side_apply(&client, &config, "bench")
             .await
             .expect("the routes pool applies");
+    });
+    let pool: ipnet::IpNet = ROUTES_POOL.parse().unwrap();
+    let through_a = |lab: &Lab| {
+        let hop = IpAddr::from(node_v4(0));
+        lab.router
+            .kernel_routes()
+            .iter()
+            .filter(|r| {
+                r.prefix
+                    .split('/')
+                    .next()
+                    .and_then(|p| p.parse::<IpAddr>().ok())
+                    .is_some_and(|ip| pool.contains(&ip))
+                    && r.next_hops.contains(&hop)
+            })
+            .count()
+    };
+    let mut created = 0;
+    for &count in counts {
+        create_route_services(lab, created..count);
+        created = count;
+        // The controller assigns them all first: up to 2 minutes per 1,000 Services.
+        let patience = Duration::from_secs(120 * (count as u64).div_ceil(1000));
+        let what = format!("{count} routes through node-a");
+        lab.wait(patience, &what, || (through_a(lab) == count).then_some(()))
+            .unwrap_or_else(|_| panic!("the router routes all {count} Services through node-a"));
+        let mut runs = Vec::new();
+        for run in 0..repeat {
+            lab.kill_speaker(0);
+            lab.wait(
+                Duration::from_secs(120),
+                "node-a's routes withdrawn",
+                || (through_a(lab) == 0).then_some(()),
+            )
+            .expect("the router withdraws a killed speaker's routes");
+            let start = Instant::now();
+            lab.start_speaker(0).expect("the speaker starts");
+            lab.wait(Duration::from_secs(600), &what, || {
+                (through_a(lab) == count).then_some(())
+            })
+            .unwrap_or_else(|_| panic!("all {count} routes back"));
+            let took = start.elapsed();
+            eprintln!(
+                "  {}: {count} routes #{} at the router {:.2} s after the speaker started",
+                system_name(system),
+                run + 1,
+                took.as_secs_f64()
+            );
+            runs.push(took);
+        }
+        f.routes.push((count, runs));
+    }
+    let pid = lab.speaker_pid(0).expect("node-a's speaker runs");
+    // Settled: 20 s after the last restart, then 30 s with nothing changing.
+    std::thread::sleep(Duration::from_secs(20));
+    let cpu0 = cpu_time(pid);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(30));
+    f.speaker_idle_cpu = (cpu_time(pid) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    f.speaker_rss_kib = status_kib(pid, "VmRSS:");
+    f.speaker_services = lab
+        .block({
+            let client = lab.client();
+            async move {
+                Api::<Service>::all(client)
+                    .list(&Default::default())
+                    .await
+                    .map(|l| {
+                        l.items
+                            .iter()
+                            .filter(|s| {
+                                s.spec.as_ref().and_then(|sp| sp.type_.as_deref())
+                                    == Some("LoadBalancer")
+                            })
+                            .count()
+                    })
+            }
+        })
+        .expect("the Services list");
+}
+
+/// Creates the Services `route-{i}` for `range`, from the routes pool, each with an
+/// EndpointSlice holding a ready endpoint on every node (16 requests in flight, each retried
+/// for 2 s).
+fn create_route_services(lab: &mut Lab, range: std::ops::Range<usize>) {
+    let client = lab.client();
+    lab.block(async move {
         let services = Api::<Service>::namespaced(client.clone(), "default");
         let slices = Api::<EndpointSlice>::namespaced(client, "default");
-        futures::stream::iter((0..1000).map(|i| {
+        futures::stream::iter(range.map(|i| {
             let (services, slices) = (services.clone(), slices.clone());
             async move {
                 let name = format!("route-{i}");
@@ -328,57 +433,4 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, f: &mut LabFigures) {
         .collect::<Vec<()>>()
         .await;
     });
-    let pool: ipnet::IpNet = ROUTES_POOL.parse().unwrap();
-    let through_a = |lab: &Lab| {
-        let hop = IpAddr::from(node_v4(0));
-        lab.router
-            .kernel_routes()
-            .iter()
-            .filter(|r| {
-                r.prefix
-                    .split('/')
-                    .next()
-                    .and_then(|p| p.parse::<IpAddr>().ok())
-                    .is_some_and(|ip| pool.contains(&ip))
-                    && r.next_hops.contains(&hop)
-            })
-            .count()
-    };
-    lab.wait(
-        Duration::from_secs(300),
-        "1,000 routes through node-a",
-        || (through_a(lab) == 1000).then_some(()),
-    )
-    .expect("the router routes all 1,000 Services through node-a");
-    for run in 0..repeat {
-        lab.kill_speaker(0);
-        lab.wait(Duration::from_secs(60), "node-a's routes withdrawn", || {
-            (through_a(lab) == 0).then_some(())
-        })
-        .expect("the router withdraws a killed speaker's routes");
-        let start = Instant::now();
-        lab.start_speaker(0).expect("the speaker starts");
-        lab.wait(
-            Duration::from_secs(300),
-            "1,000 routes through node-a",
-            || (through_a(lab) == 1000).then_some(()),
-        )
-        .expect("all 1,000 routes back");
-        let took = start.elapsed();
-        eprintln!(
-            "  {}: 1,000 routes #{} at the router {:.2} s after the speaker started",
-            system_name(system),
-            run + 1,
-            took.as_secs_f64()
-        );
-        f.routes_1000.push(took);
-    }
-    let pid = lab.speaker_pid(0).expect("node-a's speaker runs");
-    // Settled: 20 s after the last restart, then 30 s with nothing changing.
-    std::thread::sleep(Duration::from_secs(20));
-    let cpu0 = cpu_time(pid);
-    let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs(30));
-    f.speaker_idle_cpu = (cpu_time(pid) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
-    f.speaker_rss_kib = status_kib(pid, "VmRSS:");
 }
