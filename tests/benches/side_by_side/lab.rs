@@ -385,9 +385,10 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
         .expect("the Services list");
 }
 
-/// Creates the Services `route-{i}` for `range`, from the routes pool, each with an
-/// EndpointSlice holding a ready endpoint on every node (16 requests in flight, each retried
-/// for 2 s).
+/// Creates the Services `route-{i}` for `range`, from the routes pool, without NodePorts (the
+/// default range has 2,768), each with an EndpointSlice holding a ready endpoint on every node:
+/// 16 requests in flight, each retried for up to a minute (an object that exists already
+/// counts); panics naming the last error when one cannot be created.
 fn create_route_services(lab: &mut Lab, range: std::ops::Range<usize>) {
     let client = lab.client();
     lab.block(async move {
@@ -400,6 +401,7 @@ fn create_route_services(lab: &mut Lab, range: std::ops::Range<usize>) {
                 let svc: Service = serde_json::from_value(json!({
                     "metadata": {"name": name, "annotations": {"metallb.io/address-pool": "routes"}},
                     "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                             "allocateLoadBalancerNodePorts": false,
                              "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
                 }))
                 .unwrap();
@@ -415,22 +417,30 @@ fn create_route_services(lab: &mut Lab, range: std::ops::Range<usize>) {
                     "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
                 }))
                 .unwrap();
-                for _ in 0..20 {
-                    if services.create(&PostParams::default(), &svc).await.is_ok() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                for _ in 0..20 {
-                    if slices.create(&PostParams::default(), &slice).await.is_ok() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                create_retrying(&services, &svc).await;
+                create_retrying(&slices, &slice).await;
             }
         }))
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
     });
+}
+
+/// Creates `object`, retrying every 200 ms for up to a minute; "already exists" is success.
+async fn create_retrying<K>(api: &Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match api.create(&PostParams::default(), object).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => return,
+            Err(e) if Instant::now() > deadline => {
+                panic!("cannot create {:?}: {e}", object.meta().name)
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }

@@ -242,7 +242,8 @@ impl Lab {
                         // Pods need their namespace's `default` ServiceAccount, which the
                         // controller-manager makes.
                         controller_manager: true,
-                        service_cidrs: "10.99.96.0/20,fd00:99:0:96::/108".into(),
+                        // Room for the side-by-side bench's 10,000 route Services and more.
+                        service_cidrs: "10.99.64.0/18,fd00:99:0:96::/108".into(),
                         dir: Some(api_dir),
                         ..r
                     },
