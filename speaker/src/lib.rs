@@ -4,5 +4,6 @@ pub mod bgp;
 pub mod cluster;
 pub mod l2;
 pub mod membership;
+pub mod netdev;
 pub mod planner;
 pub mod shell;

@@ -396,6 +396,73 @@ async fn a_peer_has_either_a_peer_asn_or_a_dynamic_asn_of_internal_or_external()
 }
 
 #[tokio::test]
+async fn a_peer_vrf_is_a_linux_interface_name() {
+    let (c, ns) = cluster().await;
+    for (name, vrf) in [
+        ("red", "red"),
+        ("longest", "vrf-0123456789a"),
+        ("dotted", "eth0.100"),
+    ] {
+        let r = create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            name,
+            peer(json!({"vrf": vrf})),
+        )
+        .await;
+        accepted(&r);
+        assert_eq!(r.body["spec"]["vrf"], json!(vrf), "{}", r.text);
+    }
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "empty",
+            peer(json!({"vrf": ""})),
+        )
+        .await,
+        "spec.vrf",
+    );
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "long",
+            peer(json!({"vrf": "vrf-0123456789ab"})),
+        )
+        .await,
+        "spec.vrf",
+    );
+    for (name, vrf) in [
+        ("slash", "red/blue"),
+        ("colon", "red:1"),
+        ("space", "red blue"),
+        ("tab", "red\tb"),
+        ("dot", "."),
+        ("dotdot", ".."),
+    ] {
+        refused(
+            &create(
+                &c,
+                &ns,
+                "bgppeers",
+                "BGPPeer",
+                name,
+                peer(json!({"vrf": vrf})),
+            )
+            .await,
+            "vrf is a Linux interface name",
+        );
+    }
+}
+
+#[tokio::test]
 async fn community_aliases_have_a_name_and_a_value() {
     let (c, ns) = cluster().await;
     accepted(

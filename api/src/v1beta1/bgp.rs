@@ -35,6 +35,10 @@ const KEEPALIVE_RULE: &str = concat!(
     " || duration(self.keepaliveTime) <= duration(self.holdTime)"
 );
 
+/// A Linux interface name as the kernel accepts one (`dev_valid_name`): no `/`, `:` or
+/// whitespace, and not `.` or `..` (the length is the field's own bound).
+const VRF_NAME_RULE: &str = "self.matches('^[^/:\\\\s]+$') && self != '.' && self != '..'";
+
 /// Announces the addresses of the selected pools to BGP peers.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -186,6 +190,21 @@ pub struct BGPPeerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("isIP(self)").message("sourceAddress must be an IPv4 or IPv6 address"))]
     pub source_address: Option<String>,
+    /// The Linux VRF device the session runs in (MetalLB's `vrf`: peer over an interface that
+    /// belongs to that host VRF); the default VRF when unset. The speaker binds the session's
+    /// TCP socket and its BFD sockets to this device (`SO_BINDTODEVICE`), so the route to the
+    /// peer, the source address (chosen among the device's addresses when `sourceAddress` is
+    /// unset) and the next hop announced (the session's local address) come from it. Binding
+    /// works the same way for any device, a VRF master or a plain interface; this project's CI
+    /// kernel has no VRF support, so only the binding to plain interfaces is tested there. A
+    /// device missing on a node keeps that node's session down, says so in its
+    /// `BGPSessionState`, and is retried until the device appears.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15))]
+    #[x_kube(validation = Rule::new(VRF_NAME_RULE).message(
+        "vrf is a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, and not '.' or '..'"
+    ))]
+    pub vrf: Option<String>,
     /// BGP identifier to use (the node's IPv4 address when unset).
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "routerID")]
     #[x_kube(validation = Rule::new("isIP(self) && ip(self).family() == 4").message("routerID must be an IPv4 address"))]

@@ -199,8 +199,8 @@ pub struct BGPSessionStateStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_notification_sent: Option<BGPNotificationInfo>,
     /// `Ready`: `True` when the session is Established (and its BFD Up, with a profile);
-    /// `False` with a reason (`NotEstablished`, `BFDNotUp`, `BFDProfileNotFound`,
-    /// `NotConfigured`) otherwise.
+    /// `False` with a reason (`NotEstablished`, `VRFNotFound` (the peer's `vrf` device does
+    /// not exist on this node), `BFDNotUp`, `BFDProfileNotFound`, `NotConfigured`) otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }

@@ -43,7 +43,10 @@
 //! - RFC 5880 §6.8.16 asks for AdminDown packets during at least a detection time; we send one
 //!   and stop (at the slow rate of one second that is what the period would hold anyway). If
 //!   it is lost, the peer sees a detection timeout instead of AdminDown.
-//! - No IPv6 link-local addresses (they need an interface); no binding to an interface or VRF.
+//! - No IPv6 link-local addresses (they need an interface).
+//! - A session with a VRF device ([`BfdPeer::device`]) has its own receiver bound to that
+//!   device and `local`, and its send socket bound to the device too (`SO_BINDTODEVICE`):
+//!   packets of that VRF reach only its sockets, and ours leave through it.
 //! - Receivers stay open while any session or the [`BfdSessions`] itself lives, so a session
 //!   can be restarted without a race on the port; packets then arriving for no session are
 //!   counted as `no_session`.
@@ -66,6 +69,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use super::packet::{ControlPacket, Diag, State};
 use super::session::{Output, Session, SessionConfig};
+use crate::netdev::{BindError, DeviceName};
 
 mod demux;
 mod socket;
@@ -96,6 +100,9 @@ pub struct BfdPeer {
     pub peer: IpAddr,
     /// Multihop (RFC 5883, port 4784) rather than single hop (RFC 5881, port 3784).
     pub multihop: bool,
+    /// The VRF device (any network device) the session's sockets are bound to; the default
+    /// VRF when `None`.
+    pub device: Option<DeviceName>,
     /// Intervals, multiplier, passive role and minimum TTL.
     pub config: SessionConfig,
 }
@@ -106,6 +113,7 @@ impl BfdPeer {
             peer: self.peer,
             local: self.local,
             multihop: self.multihop,
+            device: self.device,
         }
     }
 }
@@ -205,6 +213,9 @@ pub enum ShellError {
     /// Called outside a tokio runtime.
     #[error("BFD sessions must be started from within a tokio runtime")]
     NoRuntime,
+    /// A socket could not be bound to the session's VRF device.
+    #[error("BFD: {0}")]
+    Device(#[from] BindError),
 }
 
 impl ShellError {
@@ -218,6 +229,7 @@ impl ShellError {
             ShellError::NoSourcePort { .. } => "no_source_port",
             ShellError::Socket { .. } => "socket",
             ShellError::NoRuntime => "no_runtime",
+            ShellError::Device(e) => e.metric_label(),
         }
     }
 }
@@ -231,7 +243,7 @@ struct Route {
 struct Registry {
     demux: Demux,
     routes: HashMap<NonZeroU32, Route>,
-    receivers: HashMap<(IpAddr, bool), AbortHandle>,
+    receivers: HashMap<(IpAddr, bool, Option<DeviceName>), AbortHandle>,
     unmatched: BTreeMap<&'static str, u64>,
     /// Drops counted by sessions that have ended.
     ended: BTreeMap<&'static str, u64>,
@@ -309,7 +321,7 @@ impl BfdSessions {
             tracing::warn!(peer = %peer.peer, local = %peer.local, error = %e, "BFD configuration clamped");
         }
         let key = peer.key();
-        let send = send_socket(peer.local)?;
+        let send = send_socket(peer.local, peer.device)?;
         let (packets_tx, packets_rx) = mpsc::channel(SESSION_QUEUE);
         let (status_tx, status_rx) = watch::channel(BfdStatus::new());
         let discr = {
@@ -317,13 +329,12 @@ impl BfdSessions {
             if registry.demux.contains(&key) {
                 return Err(ShellError::DuplicateSession { key });
             }
-            let receiver_key = (peer.local, peer.multihop);
+            let receiver_key = (peer.local, peer.multihop, peer.device);
             if let Entry::Vacant(slot) = registry.receivers.entry(receiver_key) {
-                let socket = receive_socket(peer.local, peer.multihop)?;
+                let socket = receive_socket(peer.local, peer.multihop, peer.device)?;
                 let task = runtime.spawn(run_receiver(
                     socket,
-                    peer.local,
-                    peer.multihop,
+                    peer.key(),
                     Arc::downgrade(&self.shared),
                 ));
                 slot.insert(task.abort_handle());
@@ -575,13 +586,16 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Reads one receiver's datagrams and hands each to its session, or counts it.
-async fn run_receiver(
-    socket: UdpSocket,
-    local: IpAddr,
-    multihop: bool,
-    shared: std::sync::Weak<Shared>,
-) {
+/// Reads one receiver's datagrams and hands each to its session, or counts it. `bound` is
+/// the key of the first session on this receiver; its local address, port and device are the
+/// receiver's own.
+async fn run_receiver(socket: UdpSocket, bound: SessionKey, shared: std::sync::Weak<Shared>) {
+    let SessionKey {
+        local,
+        multihop,
+        device,
+        ..
+    } = bound;
     let mut buf = [0u8; 256];
     let fd = socket.as_raw_fd();
     loop {
@@ -603,6 +617,7 @@ async fn run_receiver(
             peer: canonical(datagram.source.ip()),
             local,
             multihop,
+            device,
         };
         let mut guard = shared.lock();
         let registry = &mut *guard;

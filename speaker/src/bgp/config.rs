@@ -44,6 +44,11 @@ pub struct PeerConfig {
     pub source_address: Option<IpAddr>,
     /// Our BGP identifier. When absent the IPv4 source address of the session is used.
     pub router_id: Option<Ipv4Addr>,
+    /// The device the session's sockets are bound to (`BGPPeer.spec.vrf`, a VRF master device
+    /// or any interface): TCP and BFD use that device's routes and addresses, so the source
+    /// address and the next hop we announce come from it. The default VRF when absent.
+    #[serde(default)]
+    pub vrf: Option<crate::netdev::DeviceName>,
     /// Hold time we propose (RFC 4271 §4.2); 0 disables keepalives and the hold timer.
     pub hold_time: Duration,
     /// Keepalive interval; a third of the negotiated hold time when absent.
@@ -131,6 +136,7 @@ impl PeerConfig {
             peer_port: 179,
             source_address: None,
             router_id: None,
+            vrf: None,
             hold_time: Duration::from_secs(90),
             keepalive_time: None,
             connect_retry: Duration::from_secs(2),

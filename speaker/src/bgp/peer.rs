@@ -31,8 +31,9 @@ use tokio::time::Instant;
 use super::config::{Advertisement, BfdSettings, PeerConfig};
 use super::error::{CeaseReason, Notification};
 use super::fsm::{Event, Input, Output, Session, State, Timer};
-use super::socket;
+use super::socket::{self, ConnectError};
 use crate::bfd::shell::{BfdHandle, BfdPeer, BfdSessions, BfdStatus};
+use crate::netdev::{BindError, DeviceName};
 
 /// A write that makes no progress for this long counts as a broken connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -87,6 +88,10 @@ pub struct PeerStatus {
     /// and its transmit interval; the 1 s floor applies until the session is Up and has
     /// agreed faster timers).
     pub bfd_detection_time: Option<Duration>,
+    /// The peer's VRF device, while it does not exist on this node: the last connection
+    /// attempt could not bind to it. Attempts go on (with the connect back-off) and the next
+    /// one that binds clears this.
+    pub missing_vrf: Option<DeviceName>,
 }
 
 impl Default for PeerStatus {
@@ -113,6 +118,7 @@ impl Default for PeerStatus {
             bfd: None,
             bfd_downs: 0,
             bfd_detection_time: None,
+            missing_vrf: None,
         }
     }
 }
@@ -151,7 +157,7 @@ impl PeerStatus {
     }
 }
 
-type Connecting = JoinHandle<std::io::Result<TcpStream>>;
+type Connecting = JoinHandle<Result<TcpStream, ConnectError>>;
 
 /// The state of one peer task.
 pub(crate) struct PeerTask {
@@ -197,11 +203,11 @@ async fn read_some(reader: &mut Option<OwnedReadHalf>, buf: &mut [u8]) -> std::i
     }
 }
 
-async fn connected(c: &mut Option<Connecting>) -> std::io::Result<TcpStream> {
+async fn connected(c: &mut Option<Connecting>) -> Result<TcpStream, ConnectError> {
     match c {
         Some(h) => h
             .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()).into())),
         None => std::future::pending().await,
     }
 }
@@ -284,6 +290,7 @@ impl PeerTask {
                     match result {
                         Ok(stream) => match (stream.local_addr(), stream.peer_addr()) {
                             (Ok(local), Ok(remote)) => {
+                                task.device_found();
                                 task.start_bfd(local.ip());
                                 let (r, w) = stream.into_split();
                                 task.reader = Some(r);
@@ -296,8 +303,13 @@ impl PeerTask {
                             }
                             _ => Input::ConnectFailed,
                         },
-                        Err(e) => {
+                        Err(ConnectError::Device(e)) => {
+                            task.device_failed(e);
+                            Input::ConnectFailed
+                        }
+                        Err(ConnectError::Io(e)) => {
                             tracing::debug!(error = %e, "connect failed");
+                            task.device_found();
                             let to = task.remote();
                             task.status.send_modify(|s| s.set_error(format!("TCP connection to {to}: {e}")));
                             Input::ConnectFailed
@@ -313,6 +325,36 @@ impl PeerTask {
             task.pending.push_back(input);
             task.drain().await;
         }
+    }
+
+    /// Records that the socket could not be bound to the peer's VRF device; logged once per
+    /// change, retried by the FSM's connect back-off.
+    fn device_failed(&mut self, e: BindError) {
+        let peer = self.session.config().id.clone();
+        let missing = matches!(e, BindError::Missing(_)).then(|| e.device());
+        let message = e.to_string();
+        let new = self.status.borrow().last_error.as_ref() != Some(&message);
+        if new {
+            tracing::warn!(%peer, vrf = %e.device(), reason = e.metric_label(), error = %e,
+                "cannot open the BGP session in its VRF; retrying");
+        }
+        self.status.send_modify(|s| {
+            s.missing_vrf = missing;
+            s.set_error(message);
+        });
+    }
+
+    /// Records that the socket was bound to the peer's VRF device (or needs none).
+    fn device_found(&mut self) {
+        let peer = self.session.config().id.clone();
+        self.status
+            .send_if_modified(|s| match s.missing_vrf.take() {
+                Some(vrf) => {
+                    tracing::info!(%peer, %vrf, "VRF device found; connecting in it");
+                    true
+                }
+                None => false,
+            });
     }
 
     /// The peer's address and port, for messages.
@@ -366,6 +408,7 @@ impl PeerTask {
         let peer = BfdPeer {
             local,
             peer: config.peer_address,
+            device: config.vrf,
             multihop: config.ebgp_multihop,
             config: settings.session_config(),
         };

@@ -1,4 +1,5 @@
-//! Opening a session's TCP connection: source address, TTL and TCP-MD5 (RFC 2385). I/O.
+//! Opening a session's TCP connection: VRF device, source address, TTL and TCP-MD5 (RFC 2385).
+//! I/O.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -11,15 +12,31 @@ use super::config::PeerConfig;
 /// Longest TCP-MD5 key Linux accepts (TCP_MD5SIG_MAXKEYLEN).
 pub const MAX_MD5_KEY_LEN: usize = 80;
 
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The socket could not be bound to the peer's VRF device (it may not exist yet).
+    #[error(transparent)]
+    Device(#[from] crate::netdev::BindError),
+    /// Any other failure (refused, unreachable, timed out, ...).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// Connects to the peer from the configured source address, with the session's TTL and, when a
-/// password is set, TCP-MD5 signatures.
-pub async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
+/// password is set, TCP-MD5 signatures. With a VRF device, the socket is bound to it first, so
+/// the route, the source address chosen by the kernel and so the next hop we announce (the
+/// connection's local address) come from that VRF.
+pub async fn connect(config: &PeerConfig) -> Result<TcpStream, ConnectError> {
     let remote = SocketAddr::new(config.peer_address, config.peer_port);
     let socket = match remote {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
     };
     let sock = socket2::SockRef::from(&socket);
+    if let Some(device) = config.vrf {
+        crate::netdev::bind(&sock, device)?;
+    }
     match remote {
         SocketAddr::V4(_) => sock.set_ttl_v4(u32::from(config.ttl()))?,
         SocketAddr::V6(_) => sock.set_unicast_hops_v6(u32::from(config.ttl()))?,
@@ -31,7 +48,7 @@ pub async fn connect(config: &PeerConfig) -> io::Result<TcpStream> {
     if let Some(source) = config.source_address {
         socket.bind(SocketAddr::new(source, 0))?;
     }
-    socket.connect(remote).await
+    Ok(socket.connect(remote).await?)
 }
 
 /// A global address of the other family on the interface that holds `local`: how a session
@@ -125,6 +142,30 @@ mod tests {
         set_tcp_md5sig(s.as_raw_fd(), "10.99.0.2".parse().unwrap(), b"secret").unwrap();
         let s6 = TcpSocket::new_v6().unwrap();
         set_tcp_md5sig(s6.as_raw_fd(), "fd00:99::2".parse().unwrap(), b"secret").unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_session_with_a_vrf_connects_through_that_device() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut cfg = PeerConfig::new("t", 64512, 64513, "127.0.0.1".parse().unwrap());
+        cfg.peer_port = listener.local_addr().unwrap().port();
+        cfg.vrf = Some(crate::netdev::DeviceName::new("lo").unwrap());
+        let stream = connect(&cfg).await.unwrap();
+        let device = socket2::SockRef::from(&stream).device().unwrap();
+        assert_eq!(device.as_deref(), Some(&b"lo"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_session_whose_vrf_does_not_exist_fails_with_that_device_named() {
+        let mut cfg = PeerConfig::new("t", 64512, 64513, "127.0.0.1".parse().unwrap());
+        let missing = crate::netdev::DeviceName::new("flb-none0").unwrap();
+        cfg.vrf = Some(missing);
+        match connect(&cfg).await {
+            Err(ConnectError::Device(crate::netdev::BindError::Missing(d))) => {
+                assert_eq!(d, missing)
+            }
+            other => panic!("expected the missing VRF, got {other:?}"),
+        }
     }
 
     #[tokio::test]

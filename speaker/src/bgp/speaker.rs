@@ -207,3 +207,47 @@ impl BgpSpeaker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netdev::DeviceName;
+
+    #[tokio::test]
+    async fn a_vrf_change_restarts_that_session_only() {
+        let speaker = BgpSpeaker::new();
+        // Nothing listens on port 1 of the loopback: both sessions just keep trying.
+        let mut a = PeerConfig::new("a", 64512, 64513, "127.0.0.1".parse().unwrap());
+        a.peer_port = 1;
+        let b = PeerConfig {
+            id: PeerId("b".into()),
+            ..a.clone()
+        };
+        speaker.set_peers(vec![a.clone(), b.clone()]);
+        let a_before = speaker.watch_status(&a.id).unwrap();
+        let b_before = speaker.watch_status(&b.id).unwrap();
+        let missing = DeviceName::new("flb-none0").unwrap();
+        let moved = PeerConfig {
+            vrf: Some(missing),
+            ..a.clone()
+        };
+        speaker.set_peers(vec![moved, b.clone()]);
+        let mut a_after = speaker.watch_status(&a.id).unwrap();
+        assert!(!a_after.same_channel(&a_before), "a restarted");
+        assert!(
+            speaker.watch_status(&b.id).unwrap().same_channel(&b_before),
+            "b kept"
+        );
+        let seen = tokio::time::timeout(
+            Duration::from_secs(10),
+            a_after.wait_for(|s| s.missing_vrf == Some(missing)),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        assert!(
+            seen,
+            "the new session runs in the VRF and reports it missing"
+        );
+        speaker.shutdown().await;
+    }
+}

@@ -56,6 +56,7 @@ impl Spec {
             local: self.local,
             peer: self.peer,
             multihop: self.multihop,
+            device: None,
             config: SessionConfig {
                 desired_min_tx: Duration::from_millis(self.tx_ms),
                 required_min_rx: Duration::from_millis(self.rx_ms),

@@ -89,7 +89,12 @@ impl SessionStates {
             let missing_profile = errors.iter().find(|e| {
                 e.peer() == peer.id.0 && matches!(e, PeerConfigError::MissingBfdProfile { .. })
             });
-            let (ok, reason, message) = if st.state != State::Established {
+            let (ok, reason, message) = if let (Some(_), Some(why)) =
+                (st.missing_vrf, st.last_error.as_deref())
+                && st.state != State::Established
+            {
+                (false, "VRFNotFound", why.to_string())
+            } else if st.state != State::Established {
                 let why = st
                     .last_error
                     .as_deref()
@@ -365,6 +370,26 @@ mod tests {
             after["tor.node-a"].conditions[0].last_transition_time,
             time(at(20)).unwrap()
         );
+    }
+
+    #[test]
+    fn a_session_whose_vrf_does_not_exist_on_the_node_is_not_ready_and_says_so() {
+        let mut s = SessionStates::default();
+        let mut down = PeerStatus::default();
+        let red = crate::netdev::DeviceName::new("red").unwrap();
+        down.missing_vrf = Some(red);
+        down.set_error(crate::netdev::BindError::Missing(red).to_string());
+        let states = BTreeMap::from([(PeerId("tor".into()), down)]);
+        let out = s.desired(at(1), "node-a", &[peer("tor")], &states, &[]);
+        let st = &out["tor.node-a"];
+        assert_eq!(ready(st), ("False", "VRFNotFound"));
+        assert!(
+            st.conditions[0]
+                .message
+                .contains("VRF `red` does not exist on this node"),
+            "{st:?}"
+        );
+        assert_eq!(st.last_error, Some(st.conditions[0].message.clone()));
     }
 
     #[test]

@@ -47,6 +47,14 @@ pub enum PeerConfigError {
         /// The Secret.
         secret: String,
     },
+    /// `vrf` is not a Linux device name (the schema normally refuses this).
+    #[error("BGPPeer `{peer}`: vrf {source}")]
+    BadVrf {
+        /// The peer.
+        peer: String,
+        /// What is wrong with the name.
+        source: crate::netdev::BadDeviceName,
+    },
     /// Neither `peerASN` nor `dynamicASN` is set (the schema normally refuses this).
     #[error("BGPPeer `{peer}`: set peerASN or dynamicASN")]
     NoPeerAsn {
@@ -72,6 +80,7 @@ impl PeerConfigError {
             PeerConfigError::BadAddress { peer, .. }
             | PeerConfigError::BadDuration { peer, .. }
             | PeerConfigError::MissingSecret { peer, .. }
+            | PeerConfigError::BadVrf { peer, .. }
             | PeerConfigError::NoPeerAsn { peer }
             | PeerConfigError::MissingBfdProfile { peer, .. } => peer,
         }
@@ -186,6 +195,15 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
         }
         None => None,
     };
+    c.vrf = spec
+        .vrf
+        .as_deref()
+        .map(crate::netdev::DeviceName::new)
+        .transpose()
+        .map_err(|source| PeerConfigError::BadVrf {
+            peer: name.clone(),
+            source,
+        })?;
     c.hold_time = dur("holdTime", &spec.hold_time)?;
     c.keepalive_time = spec
         .keepalive_time
@@ -312,6 +330,27 @@ mod tests {
                                                     "peerAddress": "10.0.0.1"}));
         let (c, _) = peer_configs(&[external], &labels, &[], &[]);
         assert!(c[0].peer_asn_external && !c[0].is_ibgp());
+    }
+
+    #[test]
+    fn a_peer_vrf_becomes_the_device_its_sockets_are_bound_to() {
+        let labels = BTreeMap::new();
+        let red = peer_with(serde_json::json!({"myASN": 64512, "peerASN": 64513,
+                                               "peerAddress": "10.0.0.1", "vrf": "red"}));
+        let (c, errors) = peer_configs(&[red], &labels, &[], &[]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(c[0].vrf.map(|d| d.to_string()).as_deref(), Some("red"));
+        let (c, _) = peer_configs(&[peer(None)], &labels, &[], &[]);
+        assert_eq!(c[0].vrf, None, "the default VRF");
+        let bad = peer_with(serde_json::json!({"myASN": 64512, "peerASN": 64513,
+                                               "peerAddress": "10.0.0.1", "vrf": "a/b"}));
+        let (c, errors) = peer_configs(&[bad], &labels, &[], &[]);
+        assert!(c.is_empty());
+        assert!(
+            matches!(&errors[..], [PeerConfigError::BadVrf { .. }]),
+            "{errors:?}"
+        );
+        assert!(!errors[0].keeps_the_peer());
     }
 
     #[test]

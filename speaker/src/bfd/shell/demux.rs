@@ -8,6 +8,7 @@ use std::num::NonZeroU32;
 use super::GTSM_TTL;
 use crate::bfd::packet::{ControlPacket, PacketError, decode};
 use crate::bfd::session::Discard;
+use crate::netdev::DeviceName;
 
 /// What selects a session when Your Discriminator is zero (RFC 5880 §6.8.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,6 +19,9 @@ pub struct SessionKey {
     pub local: IpAddr,
     /// Which port the datagram arrived on.
     pub multihop: bool,
+    /// The VRF device the receiving socket is bound to (`None`: the default VRF), so that the
+    /// same addresses in two VRFs are two sessions.
+    pub device: Option<DeviceName>,
 }
 
 impl std::fmt::Display for SessionKey {
@@ -27,7 +31,11 @@ impl std::fmt::Display for SessionKey {
         } else {
             "single hop"
         };
-        write!(f, "from {} to {} ({hop})", self.local, self.peer)
+        write!(f, "from {} to {} ({hop})", self.local, self.peer)?;
+        match self.device {
+            Some(d) => write!(f, " in VRF {d}"),
+            None => Ok(()),
+        }
     }
 }
 

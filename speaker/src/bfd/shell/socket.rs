@@ -10,6 +10,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
+use crate::netdev::DeviceName;
+
 use super::{
     GTSM_TTL, MULTIHOP_PORT, SINGLE_HOP_PORT, SOURCE_PORT_TRIES, SOURCE_PORTS, ShellError,
 };
@@ -26,7 +28,7 @@ fn socket_error(what: &'static str) -> impl FnOnce(io::Error) -> ShellError {
     move |source| ShellError::Socket { what, source }
 }
 
-fn new_udp(local: IpAddr) -> Result<Socket, ShellError> {
+fn new_udp(local: IpAddr, device: Option<DeviceName>) -> Result<Socket, ShellError> {
     let domain = if local.is_ipv4() {
         Domain::IPV4
     } else {
@@ -42,12 +44,20 @@ fn new_udp(local: IpAddr) -> Result<Socket, ShellError> {
             .set_only_v6(true)
             .map_err(socket_error("IPV6_V6ONLY"))?;
     }
+    if let Some(device) = device {
+        crate::netdev::bind(&(&socket).into(), device)?;
+    }
     Ok(socket)
 }
 
-/// The receiving socket: `local:3784` or `local:4784`, reporting each datagram's TTL.
-pub(super) fn receive_socket(local: IpAddr, multihop: bool) -> Result<UdpSocket, ShellError> {
-    let socket = new_udp(local)?;
+/// The receiving socket: `local:3784` or `local:4784` (in `device`'s VRF when given),
+/// reporting each datagram's TTL.
+pub(super) fn receive_socket(
+    local: IpAddr,
+    multihop: bool,
+    device: Option<DeviceName>,
+) -> Result<UdpSocket, ShellError> {
+    let socket = new_udp(local, device)?;
     if local.is_ipv4() {
         set_recv_ttl_v4(socket.as_raw_fd()).map_err(socket_error("IP_RECVTTL"))?;
     } else {
@@ -67,9 +77,13 @@ pub(super) fn receive_socket(local: IpAddr, multihop: bool) -> Result<UdpSocket,
     UdpSocket::from_std(socket.into()).map_err(socket_error("tokio registration"))
 }
 
-/// A session's send socket: `local` and a free random port in 49152–65535, TTL 255.
-pub(super) fn send_socket(local: IpAddr) -> Result<UdpSocket, ShellError> {
-    let socket = new_udp(local)?;
+/// A session's send socket: `local` and a free random port in 49152–65535, TTL 255, bound to
+/// `device` when given.
+pub(super) fn send_socket(
+    local: IpAddr,
+    device: Option<DeviceName>,
+) -> Result<UdpSocket, ShellError> {
+    let socket = new_udp(local, device)?;
     if local.is_ipv4() {
         socket
             .set_ttl_v4(u32::from(GTSM_TTL))

@@ -18,6 +18,7 @@ fn key(peer: &str, local: &str, multihop: bool) -> SessionKey {
         peer: peer.parse().unwrap(),
         local: local.parse().unwrap(),
         multihop,
+        device: None,
     }
 }
 
@@ -309,6 +310,7 @@ fn peer(local: &str, remote: &str) -> BfdPeer {
         local: local.parse().unwrap(),
         peer: remote.parse().unwrap(),
         multihop: false,
+        device: None,
         config: SessionConfig::default(),
     }
 }

@@ -1,0 +1,280 @@
+//! A peer's `vrf`: the session's sockets are bound to the named device (`SO_BINDTODEVICE`),
+//! end to end against a real BIRD in network namespaces.
+//!
+//! This project's CI kernel has no VRF support (`CONFIG_NET_VRF` is not set), so what is
+//! tested here is the binding itself, to plain interfaces: binding works the same way for a
+//! VRF master device. The node namespace reaches the router only through the device the peer
+//! names: that device's connected route lives in a table of its own, chosen by an `oif` rule,
+//! and the main table's default route points at another device (`blue`) that leads nowhere.
+//!
+//! ```text
+//!   node (speaker ns)                              router (router ns, BIRD)
+//!   red    10.99.0.1/24 ───── veth ─────────────── vb 10.99.0.2/24
+//!          (route in table 10, rule oif red)
+//!   green  10.99.2.1/24 ───── veth ─────────────── vg 10.99.2.2/24
+//!          (created as `parked`, renamed into place during the test; table 11)
+//!   blue   10.99.5.1/24 ── veth to nothing; main table: default dev blue
+//! ```
+
+mod bgp_support;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use bgp_support::lab::{Lab, Probe, ROUTER_V4, SPEAKER_V4, eventually, skip_unless_available};
+use serde_json::{Value, json};
+
+const SPEAKER_AS: u32 = 64512;
+const ROUTER_AS: u32 = 64513;
+const ESTABLISH: Duration = Duration::from_secs(30);
+const CONVERGE: Duration = Duration::from_secs(15);
+const GREEN_SPEAKER: &str = "10.99.2.1";
+const GREEN_ROUTER: &str = "10.99.2.2";
+/// Announced to the peer bound to `red`.
+const RED_ROUTE: &str = "10.99.10.1/32";
+/// Announced to the peer bound to `green`.
+const GREEN_ROUTE: &str = "10.99.12.1/32";
+/// Announced to the peers that must not reach the router (unbound, bound to `blue`).
+const LOST_ROUTE: &str = "10.99.11.1/32";
+
+fn sh(ns: &str, script: &str) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-ec", script])
+        .output()
+        .expect("ip netns exec");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The lab's speaker end `va` becomes `red`, reachable only by sockets bound to it; `blue`
+/// takes the main table's default route; `parked` (the future `green`) waits, down.
+fn build(lab: &Lab) {
+    let (s, r) = (lab.speaker_ns.as_str(), lab.router_ns.as_str());
+    sh(
+        s,
+        "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+         ip link set va down
+         ip link set va name red
+         ip link set red up
+         ip route del 10.99.0.0/24 dev red
+         ip route add 10.99.0.0/24 dev red src 10.99.0.1 table 10
+         ip rule add oif red table 10 pref 100
+         ip link add blue type veth peer name blue-end
+         ip addr add 10.99.5.1/24 dev blue
+         ip link set blue up
+         ip link set blue-end up
+         ip route add default dev blue",
+    );
+    let out = Command::new("ip")
+        .args([
+            "-n", s, "link", "add", "parked", "type", "veth", "peer", "name", "vg", "netns", r,
+        ])
+        .output()
+        .expect("ip link add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sh(
+        s,
+        "ip addr add 10.99.2.1/24 dev parked
+         ip rule add oif green table 11 pref 101",
+    );
+    sh(
+        r,
+        "ip addr add 10.99.2.2/24 dev vg
+         ip link set vg up",
+    );
+    // The main table holds nothing towards the router: only `blue`'s subnet and the default.
+    let main = Command::new("ip")
+        .args(["-n", s, "route", "show", "table", "main"])
+        .output()
+        .expect("ip route");
+    let main = String::from_utf8_lossy(&main.stdout);
+    assert!(
+        !main.contains("10.99.0.0/24") && !main.contains("10.99.2.0/24"),
+        "{main}"
+    );
+}
+
+/// `parked` becomes `green`, and its connected route moves to table 11.
+fn create_green(lab: &Lab) {
+    sh(
+        &lab.speaker_ns,
+        "ip link set parked name green
+         ip link set green up
+         ip route add 10.99.2.0/24 dev green src 10.99.2.1 table 11
+         ip route del 10.99.2.0/24 dev green table main || true",
+    );
+}
+
+fn bird_conf() -> String {
+    let session = |name: &str, local: &str, neighbor: &str| {
+        format!(
+            "protocol bgp {name} {{ local {local} as {ROUTER_AS}; neighbor {neighbor} as {SPEAKER_AS};\n\
+             passive on; direct; bfd on; ipv4 {{ import all; export none; }}; }}\n"
+        )
+    };
+    format!(
+        "router id {ROUTER_V4};\nprotocol device {{ scan time 1; }}\n\
+         protocol bfd {{ interface \"*\" {{ interval 300 ms; multiplier 3; }}; }}\n{}{}",
+        session("red", ROUTER_V4, SPEAKER_V4),
+        session("green", GREEN_ROUTER, GREEN_SPEAKER)
+    )
+}
+
+/// A peer as `bgp-probe` takes it: eBGP to `address`, bound to `vrf`, with BFD.
+fn peer(id: &str, address: &str, vrf: Option<&str>) -> Value {
+    let ms300 = json!({"secs": 0, "nanos": 300_000_000});
+    json!({
+        "id": id, "my_asn": SPEAKER_AS, "peer_asn": ROUTER_AS,
+        "peer_address": address, "peer_port": 179, "source_address": null, "vrf": vrf,
+        "router_id": "10.99.0.1", "hold_time": {"secs": 90, "nanos": 0}, "keepalive_time": null,
+        "connect_retry": {"secs": 1, "nanos": 0}, "ebgp_multihop": false,
+        "password": null, "graceful_restart": false, "next_hop_v4": null, "next_hop_v6": null,
+        "bfd": {"receive_interval": ms300, "transmit_interval": ms300, "detect_multiplier": 3,
+                "passive": false, "minimum_ttl": 254},
+    })
+}
+
+fn advertise(probe: &mut Probe, peer: &str, prefix: &str) {
+    probe.send(json!({"advertise": {"peer": peer, "advertisements": [
+        {"prefix": prefix, "attrs": {"local_pref": null, "communities": [], "large_communities": []}}
+    ]}}));
+}
+
+/// BIRD's view of `prefix`, when it holds it.
+fn bird_route(lab: &Lab, prefix: &str) -> Option<String> {
+    let ctl = lab.path("bird.ctl");
+    let out = lab.router_cmd(&["birdc", "-s", &ctl, "show", "route", prefix, "all"]);
+    out.lines().any(|l| l.starts_with(prefix)).then_some(out)
+}
+
+/// The latest status of every peer, as the probe's lines said.
+type Latest = RefCell<HashMap<String, Value>>;
+
+/// Waits until `peer`'s latest status satisfies `pred` (also when the line saying so was read
+/// while waiting for another peer), and returns that status.
+fn wait_peer(
+    probe: &mut Probe,
+    latest: &Latest,
+    peer: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    if let Some(s) = latest.borrow().get(peer).filter(|s| pred(s)) {
+        return Some(s.clone());
+    }
+    probe
+        .wait_for(timeout, |v| {
+            let id = v["peer"].as_str().unwrap_or_default().to_owned();
+            latest.borrow_mut().insert(id, v["status"].clone());
+            v["peer"] == peer && pred(&v["status"])
+        })
+        .map(|v| v["status"].clone())
+}
+
+#[test]
+fn a_session_bound_to_its_device_comes_up_where_the_default_table_cannot_reach_and_a_missing_one_comes_up_once_created()
+ {
+    if skip_unless_available(&["bird", "birdc"]) {
+        return;
+    }
+    let mut lab = Lab::new("vrf");
+    build(&lab);
+    lab.spawn_bird(&bird_conf());
+    let peers = [
+        peer("red", ROUTER_V4, Some("red")),
+        peer("unbound", ROUTER_V4, None),
+        peer("blue", ROUTER_V4, Some("blue")),
+        peer("green", GREEN_ROUTER, Some("green")),
+    ];
+    let args: Vec<String> = peers.iter().map(Value::to_string).collect();
+    let mut probe = Probe::spawn(&lab, env!("CARGO_BIN_EXE_bgp-probe"), &args);
+    let latest = Latest::default();
+    advertise(&mut probe, "red", RED_ROUTE);
+    advertise(&mut probe, "unbound", LOST_ROUTE);
+    advertise(&mut probe, "blue", LOST_ROUTE);
+    advertise(&mut probe, "green", GREEN_ROUTE);
+
+    // The session bound to `red` comes up, and its BFD session too (its sockets are bound to
+    // `red` as well: unbound, they would leave through `blue`).
+    let red = wait_peer(&mut probe, &latest, "red", ESTABLISH, |s| {
+        s["state"] == "Established" && s["bfd"] == "Up"
+    });
+    assert!(
+        red.is_some(),
+        "red: no session with BFD Up; last {:?}",
+        probe.last
+    );
+    let mut seen = None;
+    assert!(
+        eventually(CONVERGE, || {
+            seen = bird_route(&lab, RED_ROUTE);
+            seen.is_some()
+        }),
+        "BIRD never got {RED_ROUTE}"
+    );
+    let text = seen.unwrap();
+    assert!(
+        text.contains("[red ") && text.contains(&format!("BGP.next_hop: {SPEAKER_V4}")),
+        "the route comes over the red session with red's address as next hop:\n{text}"
+    );
+
+    // The same router, unbound or bound to `blue`: each attempt fails (the SYN leaves through
+    // `blue`, where nothing answers its ARP: "no route to host", or no answer in time).
+    for id in ["unbound", "blue"] {
+        let failed = wait_peer(&mut probe, &latest, id, CONVERGE, |s| {
+            s["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("TCP connection to {ROUTER_V4}:179")))
+        });
+        let failed = failed.unwrap_or_else(|| panic!("{id}: no failed attempt; {:?}", probe.last));
+        assert_eq!(failed["established_count"], 0, "{id}: {failed}");
+    }
+    assert!(
+        bird_route(&lab, LOST_ROUTE).is_none(),
+        "a session not bound to red reached the router"
+    );
+
+    // `green` does not exist yet: the session says so, and comes up once the device does.
+    let missing = wait_peer(&mut probe, &latest, "green", CONVERGE, |s| {
+        s["missing_vrf"] == "green"
+    });
+    let missing = missing.unwrap_or_else(|| panic!("green: not reported; {:?}", probe.last));
+    let error = missing["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("VRF `green` does not exist on this node"),
+        "{missing}"
+    );
+    assert_ne!(missing["state"], "Established");
+    create_green(&lab);
+    let green = wait_peer(&mut probe, &latest, "green", ESTABLISH, |s| {
+        s["state"] == "Established" && s["missing_vrf"].is_null()
+    });
+    assert!(
+        green.is_some(),
+        "green: no session once created; {:?}",
+        probe.last
+    );
+    let mut seen = None;
+    assert!(
+        eventually(CONVERGE, || {
+            seen = bird_route(&lab, GREEN_ROUTE);
+            seen.is_some()
+        }),
+        "BIRD never got {GREEN_ROUTE}"
+    );
+    let text = seen.unwrap();
+    assert!(
+        text.contains("[green ") && text.contains(&format!("BGP.next_hop: {GREEN_SPEAKER}")),
+        "{text}"
+    );
+    probe.shutdown();
+}
