@@ -250,6 +250,8 @@ pub fn bgp_peer_v1beta2(spec: &mut Fields<'_>, ctx: &PeerContext<'_>) -> PeerOut
         password_secret: password_secret.clone().map(|name| SecretRef { name }),
         enable_graceful_restart: spec.bool("enableGracefulRestart").unwrap_or(false),
         bfd_profile: spec.non_empty_string("bfdProfile"),
+        // MetalLB's `""` is the default VRF, which is FerroLB's unset.
+        vrf: spec.non_empty_string("vrf"),
     };
     spec.unsupported(Kind::BGPPeer);
     PeerOut {
@@ -298,6 +300,7 @@ pub fn bgp_peer_v1beta1(spec: &mut Fields<'_>) -> PeerOut {
         password_secret: None,
         enable_graceful_restart: false,
         bfd_profile: spec.non_empty_string("bfdProfile"),
+        vrf: None,
     };
     PeerOut {
         spec: out,

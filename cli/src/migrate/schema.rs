@@ -51,9 +51,12 @@ pub const MSG_PASSWORD: &str = "set password or passwordSecret, not both";
 /// FerroLB's message for the families of `sourceAddress` and `peerAddress`.
 pub const MSG_FAMILY: &str = "sourceAddress and peerAddress must be of the same IP family";
 
+/// FerroLB's message for `vrf`.
+pub const MSG_VRF: &str = "vrf is a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, and not '.' or '..'";
+
 /// Every CEL rule message of the six configuration CRDs that this module restates.
 #[cfg(test)]
-const RESTATED_RULES: [&str; 13] = [
+const RESTATED_RULES: [&str; 14] = [
     // `spec.addresses`: restated by `parse_pool`, which is stricter (IPv6 order, overlaps).
     "each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end",
     MSG_COMMUNITY_RANGE,
@@ -68,6 +71,7 @@ const RESTATED_RULES: [&str; 13] = [
     MSG_ASN,
     MSG_PASSWORD,
     MSG_FAMILY,
+    MSG_VRF,
 ];
 
 /// The pattern of a `Community` alias's name in FerroLB's CRD.
@@ -395,6 +399,20 @@ fn peer_rules(spec: &BGPPeerSpec, out: &mut Vec<Problem>) {
             message: MSG_PASSWORD.into(),
         });
     }
+    if let Some(vrf) = &spec.vrf
+        && !is_interface_name(vrf)
+    {
+        out.push(refused("spec.vrf", vrf, MSG_VRF));
+    }
+}
+
+/// The CRD's rule for a Linux interface name (its length is the schema's): no `/`, `:` or
+/// whitespace, and not `.` or `..`.
+fn is_interface_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+        && s != "."
+        && s != ".."
 }
 
 #[cfg(test)]

@@ -63,11 +63,6 @@ pub const UNSUPPORTED: &[Unsupported] = &[
     },
     Unsupported {
         kind: Kind::BGPPeer,
-        path: "spec.vrf",
-        reason: "FerroLB opens its sessions in the node's default VRF only",
-    },
-    Unsupported {
-        kind: Kind::BGPPeer,
         path: "spec.disableMP",
         reason: "FerroLB offers IPv4 and IPv6 unicast on every session (RFC 4760) and \
                  announces each family the router accepts; it cannot split the families into \

@@ -445,7 +445,7 @@ fn references_to_objects_not_in_the_input_are_written_with_a_warning() {
 
 #[test]
 fn an_error_wins_over_strict_and_strict_fails_only_on_fields_without_an_equivalent() {
-    let unsupported = with_field(Kind::BGPPeer, "vrf", json!("red"));
+    let unsupported = with_field(Kind::BGPAdvertisement, "asPathPrepend", json!(2));
     let c = run(vec![unsupported.clone()]);
     assert_eq!(exit_status(&c.report, false), 0);
     assert_eq!(exit_status(&c.report, true), 3);
@@ -456,7 +456,7 @@ fn an_error_wins_over_strict_and_strict_fails_only_on_fields_without_an_equivale
 #[test]
 fn the_summary_counts_objects_fields_and_skips() {
     let c = run(vec![
-        with_field(Kind::BGPPeer, "vrf", json!("red")),
+        with_field(Kind::BGPAdvertisement, "asPathPrepend", json!(2)),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "config"}}),
     ]);
     assert_eq!(
