@@ -571,6 +571,9 @@ fn negotiated_capabilities(n: &super::fsm::Negotiated) -> Vec<&'static str> {
     if n.graceful_restart {
         out.push("graceful-restart");
     }
+    if n.ipv4_over_ipv6 {
+        out.push("extended-nexthop");
+    }
     out
 }
 
