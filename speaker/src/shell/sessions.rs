@@ -109,8 +109,13 @@ impl SessionStates {
             let status = BGPSessionStateStatus {
                 node: node.into(),
                 peer: peer.id.0.clone(),
-                peer_address: std::net::SocketAddr::new(peer.peer_address, peer.peer_port)
-                    .to_string(),
+                peer_address: match (&peer.interface, st.neighbour) {
+                    (Some(i), Some(router)) => format!("[{router}%{i}]:{}", peer.peer_port),
+                    (Some(i), None) => format!("{i} (unnumbered)"),
+                    (None, _) => {
+                        std::net::SocketAddr::new(peer.peer_address, peer.peer_port).to_string()
+                    }
+                },
                 bgp_state: format!("{:?}", st.state),
                 bfd_state: st.bfd.map(|b| format!("{b:?}")),
                 established_time: st.established_since.and_then(time),
