@@ -4,6 +4,9 @@
 //! finds the speaker by the speaker's, and FRR ends up with an IPv4 Service route via the
 //! speaker's link-local address (RFC 8950) and an IPv6 one (RFC 2545), in BGP and in the
 //! kernel. Needs root; fails instead of skipping under `FERROLB_REQUIRE_BINARIES=1`.
+//!
+//! The session state machine's side of it (what is offered, what the UPDATEs carry) is tested
+//! first, without a network.
 
 mod bgp_support;
 
@@ -13,6 +16,145 @@ use bgp_support::lab::{Lab, Probe, eventually, skip_unless_available};
 use ferrolb_speaker::bgp::PeerConfig;
 use serde_json::{Value, json};
 
+mod session {
+    //! The pure session of an unnumbered peer.
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Instant;
+
+    use ferrolb_speaker::bgp::fsm::{Event, NotAnnounced};
+    use ferrolb_speaker::bgp::open::{Capability, Open};
+    use ferrolb_speaker::bgp::update::EncodeError;
+    use ferrolb_speaker::bgp::wire::{Family, encode_keepalive};
+    use ferrolb_speaker::bgp::{Advertisement, Input, Output, PeerConfig, Session, State};
+
+    const LOCAL: &str = "[fe80::1%2]:40000";
+    const FE80_1: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+    fn peer_open(extended_next_hop: bool) -> Vec<u8> {
+        let mut capabilities = vec![
+            Capability::Multiprotocol(Family::IPV4_UNICAST),
+            Capability::Multiprotocol(Family::IPV6_UNICAST),
+            Capability::FourOctetAs(64513),
+        ];
+        if extended_next_hop {
+            capabilities.push(Capability::ExtendedNextHop(vec![(Family::IPV4_UNICAST, 2)]));
+        }
+        let mut b = vec![];
+        Open {
+            my_as: 64513,
+            hold_time: 90,
+            bgp_id: Ipv4Addr::new(10, 255, 0, 2),
+            capabilities,
+        }
+        .encode(&mut b);
+        b
+    }
+
+    fn sent(out: &[Output]) -> Vec<u8> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Send(b) => Some(b.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// Connects `config` from fe80::1 and returns our OPEN, decoded.
+    fn our_open(session: &mut Session, now: Instant) -> Open {
+        session.handle(now, Input::Start);
+        let out = session.handle(
+            now,
+            Input::Connected {
+                local: LOCAL.parse().unwrap(),
+                remote: "[fe80::2%2]:179".parse::<SocketAddr>().unwrap(),
+                other_family: None,
+            },
+        );
+        Open::decode(&sent(&out)[19..]).unwrap()
+    }
+
+    /// An Established session with the peer offering (or not) extended next hops, with an
+    /// IPv4 and an IPv6 route to announce; returns what it sent on reaching Established.
+    fn established(extended_next_hop: bool) -> (Session, Vec<Output>) {
+        let now = Instant::now();
+        let mut config = PeerConfig::unnumbered("r", 64512, 64513, "eth0");
+        config.router_id = Some(Ipv4Addr::new(10, 255, 0, 1));
+        let mut s = Session::new(config);
+        s.handle(
+            now,
+            Input::SetAdvertisements(vec![
+                Advertisement::new("10.99.10.1/32".parse().unwrap()),
+                Advertisement::new("fd00:99:10::1/128".parse().unwrap()),
+            ]),
+        );
+        our_open(&mut s, now);
+        s.handle(now, Input::Received(peer_open(extended_next_hop)));
+        let mut ka = vec![];
+        encode_keepalive(&mut ka);
+        let out = s.handle(now, Input::Received(ka));
+        assert_eq!(s.state(), State::Established);
+        (s, out)
+    }
+
+    #[test]
+    fn an_unnumbered_session_offers_ipv4_routes_with_ipv6_next_hops_and_a_numbered_one_does_not() {
+        let now = Instant::now();
+        let mut unnumbered = Session::new(PeerConfig::unnumbered("r", 64512, 64513, "eth0"));
+        assert!(our_open(&mut unnumbered, now).extended_next_hop(Family::IPV4_UNICAST, 2));
+        let mut numbered = Session::new(PeerConfig::new(
+            "r",
+            64512,
+            64513,
+            "fe80::2".parse().unwrap(),
+        ));
+        let open = our_open(&mut numbered, now);
+        assert!(
+            !open.has(|c| matches!(c, Capability::ExtendedNextHop(_))),
+            "{open:?}"
+        );
+    }
+
+    #[test]
+    fn when_the_peer_agrees_ipv4_routes_go_in_mp_reach_with_our_link_local_next_hop() {
+        let (s, out) = established(true);
+        assert!(s.negotiated().unwrap().ipv4_over_ipv6);
+        let bytes = sent(&out);
+        // MP_REACH: AFI 1, SAFI 1, 16-byte next hop fe80::1, reserved, 10.99.10.1/32.
+        let v4 = [&[0, 1, 1, 16][..], &FE80_1, &[0, 32, 10, 99, 10, 1]].concat();
+        assert!(bytes.windows(v4.len()).any(|w| w == v4), "{bytes:02x?}");
+        // No link has a global address here: the IPv6 route's next hop is fe80::1 alone.
+        let v6 = [&[0, 2, 1, 16][..], &FE80_1, &[0, 128]].concat();
+        assert!(bytes.windows(v6.len()).any(|w| w == v6), "{bytes:02x?}");
+        // No NEXT_HOP attribute (type 3) anywhere.
+        assert!(!bytes.windows(3).any(|w| w == [0x40, 3, 4]), "{bytes:02x?}");
+    }
+
+    #[test]
+    fn when_the_peer_does_not_agree_an_ipv4_route_without_an_ipv4_next_hop_is_reported_not_announced()
+     {
+        let (s, out) = established(false);
+        assert!(!s.negotiated().unwrap().ipv4_over_ipv6);
+        let not_announced: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(Event::NotAnnounced { prefixes, reason }) => {
+                    Some((prefixes.clone(), *reason))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            not_announced,
+            vec![(
+                vec!["10.99.10.1/32".parse().unwrap()],
+                NotAnnounced::Encode(EncodeError::NoNextHop)
+            )]
+        );
+        assert_eq!(s.adj_rib_out().len(), 1, "the IPv6 route still goes");
+    }
+}
+
 const SPEAKER_AS: u32 = 64512;
 const ROUTER_AS: u32 = 64513;
 /// FRR advertises every 3 s here; the session needs one advertisement each way.
@@ -20,6 +162,10 @@ const ESTABLISH: Duration = Duration::from_secs(30);
 const CONVERGE: Duration = Duration::from_secs(15);
 const V4_ROUTE: &str = "10.99.10.1/32";
 const V6_ROUTE: &str = "fd00:99:10::1/128";
+const V4_MORE: &str = "10.99.10.2/32";
+/// Routes FRR announces to us, so that what FRR sends on such a session meets our UPDATE checks.
+const FRR_V4: &str = "10.255.1.0/24";
+const FRR_V6: &str = "fd00:255:1::/64";
 
 /// Runs `ip` with `args` and returns its stdout.
 fn ip(args: &[&str]) -> String {
@@ -92,9 +238,9 @@ fn start_frr(lab: &mut Lab) -> String {
         dir.join("bgpd.conf"),
         format!(
             "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id 10.255.0.2\n no bgp ebgp-requires-policy\n\
-             neighbor vb interface remote-as external\n\
-             address-family ipv4 unicast\n  neighbor vb activate\n exit-address-family\n\
-             address-family ipv6 unicast\n  neighbor vb activate\n exit-address-family\n"
+             no bgp network import-check\n neighbor vb interface remote-as external\n\
+             address-family ipv4 unicast\n  network {FRR_V4}\n  neighbor vb activate\n exit-address-family\n\
+             address-family ipv6 unicast\n  network {FRR_V6}\n  neighbor vb activate\n exit-address-family\n"
         ),
     )
     .unwrap();
@@ -226,6 +372,47 @@ fn frr_unnumbered_over_a_link_with_only_link_local_addresses_gets_a_v4_and_a_v6_
         }),
         "kernel IPv6 route: {kernel:?}"
     );
+    // FRR's own routes reached us (over the same link-local next hops) and passed our UPDATE
+    // checks: nothing malformed, the session still up.
+    for afi in ["ipv4", "ipv6"] {
+        let cmd = format!("show bgp {afi} unicast neighbors vb advertised-routes json");
+        assert!(
+            eventually(CONVERGE, || {
+                let v: Value =
+                    serde_json::from_str(&vtysh(&lab, &frr_dir, &cmd)).unwrap_or_default();
+                v["totalPrefixCounter"].as_u64().unwrap_or(0) >= 1
+            }),
+            "FRR advertised no {afi} route: {}",
+            vtysh(&lab, &frr_dir, &cmd)
+        );
+    }
+    let mut stats = String::new();
+    assert!(
+        eventually(CONVERGE, || {
+            stats = vtysh(&lab, &frr_dir, "show bgp neighbors vb json");
+            let v: Value = serde_json::from_str(&stats).unwrap_or_default();
+            v["vb"]["messageStats"]["updatesSent"].as_u64().unwrap_or(0) >= 2
+        }),
+        "FRR sent no UPDATEs: {stats}"
+    );
+    // One more route of ours, and FRR holding it, comes after FRR's UPDATEs were read: the
+    // status then says what our checks made of them.
+    let mut more = advertise();
+    more["advertise"]["advertisements"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"prefix": V4_MORE, "attrs": {"local_pref": null, "communities": [], "large_communities": []}}));
+    probe.send(more);
+    assert!(
+        eventually(CONVERGE, || frr_route(&lab, &frr_dir, V4_MORE).is_some()),
+        "FRR never got {V4_MORE}"
+    );
+    let st = probe
+        .wait_for(CONVERGE, |v| v["status"]["announced_prefixes"] == 3)
+        .expect("three routes announced");
+    assert_eq!(st["status"]["state"], "Established", "{st}");
+    assert_eq!(st["status"]["malformed_updates"], json!({}), "{st}");
+    assert_eq!(st["status"]["notifications_sent"], json!({}), "{st}");
     probe.shutdown();
 }
 

@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn an_extended_next_hop_capability_with_several_entries_decodes() {
-        // Two entries, IPv4 unicast and IPv4 VPN (SAFI 128) over IPv6, as FRR announces them.
+        // Two entries: IPv4 unicast and IPv4 VPN (SAFI 128), both over IPv6.
         let caps = [5, 12, 0, 1, 0, 1, 0, 2, 0, 1, 0, 128, 0, 2];
         let mut out = vec![];
         decode_capabilities(&caps, &mut out).unwrap();
