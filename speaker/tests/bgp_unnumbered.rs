@@ -3,7 +3,8 @@
 //! only the kernel's link-local ones. The speaker finds FRR by its router advertisements, FRR
 //! finds the speaker by the speaker's, and FRR ends up with an IPv4 Service route via the
 //! speaker's link-local address (RFC 8950) and an IPv6 one (RFC 2545), in BGP and in the
-//! kernel. Needs root; fails instead of skipping under `FERROLB_REQUIRE_BINARIES=1`.
+//! kernel. BIRD (`interface` with `extended next hop`, and its own router advertisements)
+//! gets both routes too. Needs root; fails instead of skipping under `FERROLB_REQUIRE_BINARIES=1`.
 //!
 //! The session state machine's side of it (what is offered, what the UPDATEs carry) is tested
 //! first, without a network.
@@ -451,5 +452,49 @@ fn an_unnumbered_peer_on_an_interface_that_does_not_exist_says_so() {
             .is_some_and(|e| e.contains("interface `nosuch0` does not exist on this node"))
     });
     assert!(waiting.is_some(), "last status {:?}", probe.last);
+    probe.shutdown();
+}
+
+#[test]
+fn bird_over_a_link_with_only_link_local_addresses_gets_a_v4_and_a_v6_service_route() {
+    if skip_unless_available(&["bird", "birdc"]) {
+        return;
+    }
+    let mut lab = link_local_lab("unnum-bird");
+    let ours = link_local(&lab.speaker_ns, "va");
+    // BIRD sends router advertisements (radv, lifetime 0) for the speaker to find it, and takes
+    // the connection from the speaker's link-local address on `vb`.
+    let conf = format!(
+        "router id 10.255.0.3;\nprotocol device {{}}\n\
+         protocol radv {{ ipv6 {{ export none; }}; interface \"vb\" {{ max ra interval 4; default lifetime 0; }}; }}\n\
+         protocol bgp spk {{ local as {ROUTER_AS}; neighbor {ours} as {SPEAKER_AS}; interface \"vb\";\n\
+         passive on; direct;\n\
+         ipv4 {{ import all; export none; extended next hop on; }};\n\
+         ipv6 {{ import all; export none; }}; }}\n"
+    );
+    lab.spawn_bird(&conf);
+    let mut probe = Probe::start(&lab, &unnumbered_peer());
+    probe.send(advertise());
+    let ctl = lab.path("bird.ctl");
+    assert!(
+        probe.wait_state("Established", ESTABLISH).is_some(),
+        "no session; last status {:?}\nBIRD: {}",
+        probe.last,
+        lab.router_cmd(&["birdc", "-s", &ctl, "show", "protocols", "all", "spk"])
+    );
+    for prefix in [V4_ROUTE, V6_ROUTE] {
+        let mut text = String::new();
+        assert!(
+            eventually(CONVERGE, || {
+                text = lab.router_cmd(&["birdc", "-s", &ctl, "show", "route", prefix, "all"]);
+                text.lines().any(|l| l.starts_with(prefix))
+            }),
+            "BIRD never got {prefix}: {text}"
+        );
+        assert!(
+            text.contains(&ours),
+            "{prefix}: want next hop {ours} in {text}"
+        );
+    }
     probe.shutdown();
 }
