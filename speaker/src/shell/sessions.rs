@@ -353,6 +353,27 @@ mod tests {
     }
 
     #[test]
+    fn an_unnumbered_session_shows_its_interface_and_then_the_router_found_on_it() {
+        let mut s = SessionStates::default();
+        let tor = PeerConfig::unnumbered("tor", 64512, 64513, "eth1");
+        let mut waiting = PeerStatus::default();
+        waiting.set_error("no router advertisement heard on `eth1` yet".into());
+        let states = BTreeMap::from([(PeerId("tor".into()), waiting)]);
+        let out = s.desired(at(1), "node-a", std::slice::from_ref(&tor), &states, &[]);
+        let st = &out["tor.node-a"];
+        assert_eq!(st.peer_address, "eth1 (unnumbered)");
+        assert_eq!(ready(st), ("False", "NotEstablished"));
+        assert!(st.conditions[0].message.contains("no router advertisement"));
+        let up = PeerStatus {
+            neighbour: Some("fe80::2".parse().unwrap()),
+            ..established()
+        };
+        let states = BTreeMap::from([(PeerId("tor".into()), up)]);
+        let out = s.desired(at(2), "node-a", &[tor], &states, &[]);
+        assert_eq!(out["tor.node-a"].peer_address, "[fe80::2%eth1]:179");
+    }
+
+    #[test]
     fn a_session_that_is_down_says_why_and_keeps_the_time_of_its_transition() {
         let mut s = SessionStates::default();
         let mut down = PeerStatus::default();
