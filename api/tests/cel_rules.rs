@@ -230,3 +230,37 @@ fn advertisement_communities_halves_stay_within_sixteen_bits() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn an_unnumbered_peer_names_an_interface_instead_of_a_peer_address() {
+    let mut unnumbered = peer(json!({"interface": "eth1"}));
+    unnumbered.as_object_mut().unwrap().remove("peerAddress");
+    assert_eq!(
+        failures::<BGPPeer>(unnumbered.clone()),
+        Vec::<String>::new()
+    );
+    let both = failures::<BGPPeer>(peer(json!({"interface": "eth1"})));
+    assert!(both.iter().any(|e| e.contains("exactly one")), "{both:?}");
+    let mut neither = peer(json!({}));
+    neither.as_object_mut().unwrap().remove("peerAddress");
+    let neither = failures::<BGPPeer>(neither);
+    assert!(
+        neither.iter().any(|e| e.contains("exactly one")),
+        "{neither:?}"
+    );
+    unnumbered["sourceAddress"] = json!("10.0.0.1");
+    let source = failures::<BGPPeer>(unnumbered.clone());
+    assert!(
+        source
+            .iter()
+            .any(|e| e.contains("sourceAddress cannot be set with interface")),
+        "{source:?}"
+    );
+    unnumbered.as_object_mut().unwrap().remove("sourceAddress");
+    unnumbered["interface"] = json!("eth/1");
+    let bad = failures::<BGPPeer>(unnumbered);
+    assert!(
+        bad.iter().any(|e| e.contains("Linux interface name")),
+        "{bad:?}"
+    );
+}

@@ -122,31 +122,16 @@ fn tmp(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("migrate-{}-{name}", std::process::id()))
 }
 
-/// The full fixture's files, less the unnumbered peer.
-fn full_without_unnumbered() -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(FULL)
-        .unwrap()
-        .map(|e| e.unwrap().path().display().to_string())
-        .filter(|p| !p.ends_with("50-unnumbered.yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
 #[test]
 fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_objects() {
     let run = ferrolb(&["migrate", "--from", FULL]);
-    assert_eq!(
-        run.status, 1,
-        "the unnumbered peer cannot be written\n{}",
-        run.stderr
-    );
+    assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(
         summary_line(&run),
-        "11 objects converted, 7 fields without an equivalent, 3 objects skipped"
+        "12 objects converted, 6 fields without an equivalent, 2 objects skipped"
     );
     let o = parse_objects(&run.stdout);
-    assert_eq!(o.count(), 11);
+    assert_eq!(o.count(), 12);
     let kinds: Vec<&str> = o.order.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,
@@ -156,6 +141,7 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
             "IPAddressPool",
             "IPAddressPool",
             "IPAddressPool",
+            "BGPPeer",
             "BGPPeer",
             "BGPPeer",
             "BGPPeer",
@@ -372,7 +358,14 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
     assert_eq!(legacy.bfd_profile.as_deref(), Some("full-bfd"));
     assert!(!legacy.enable_graceful_restart);
 
-    assert!(!o.peers.contains_key("unnumbered"));
+    // BGPPeer v1beta2 given by its interface (BGP unnumbered).
+    let unnumbered = &o.peers["unnumbered"].spec;
+    assert_eq!(unnumbered.interface.as_deref(), Some("eth1"));
+    assert_eq!(
+        unnumbered.peer_address, "",
+        "no address: serialised without one"
+    );
+    assert_eq!(unnumbered.dynamic_asn, Some(DynamicAsn::Internal));
 }
 
 #[test]
@@ -385,7 +378,7 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
         "--report-json",
         report.to_str().unwrap(),
     ]);
-    assert_eq!(run.status, 1);
+    assert_eq!(run.status, 0, "{}", run.stderr);
     let json = report_json(&report);
     let entries = json["entries"].as_array().unwrap();
     let of = |finding: &str| -> Vec<&Value> {
@@ -412,13 +405,12 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
         ("BGPAdvertisement", "selected", "spec.serviceSelectors"),
         ("BGPPeer", "edge-router", "spec.localASN"),
         ("BGPPeer", "edge-router", "spec.disableMP"),
-        ("BGPPeer", "unnumbered", "spec.interface"),
     ]
     .into_iter()
     .map(|(k, n, p)| (k.into(), n.into(), p.into()))
     .collect();
     assert_eq!(unsupported, expected);
-    assert_eq!(of("unsupportedField").len(), 7, "each exactly once");
+    assert_eq!(of("unsupportedField").len(), 6, "each exactly once");
     assert_eq!(
         of("unknownField"),
         Vec::<&Value>::new(),
@@ -431,14 +423,10 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
             .contains("no FerroLB equivalent")
     }));
 
-    let not_written = of("notWritten");
-    assert_eq!(not_written.len(), 1);
-    assert_eq!(not_written[0]["object"]["name"], "unnumbered");
-    assert!(
-        not_written[0]["problems"][0]
-            .as_str()
-            .unwrap()
-            .contains("spec.peerAddress is required")
+    assert_eq!(
+        of("notWritten"),
+        Vec::<&Value>::new(),
+        "every object is written"
     );
 
     let ignored: Vec<&str> = of("ignored")
@@ -458,10 +446,10 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
         "a consistent configuration"
     );
 
-    assert_eq!(json["summary"]["converted"], 11);
-    assert_eq!(json["summary"]["fieldsWithoutEquivalent"], 7);
-    assert_eq!(json["summary"]["skipped"], 3);
-    assert_eq!(json["exitStatus"], 1);
+    assert_eq!(json["summary"]["converted"], 12);
+    assert_eq!(json["summary"]["fieldsWithoutEquivalent"], 6);
+    assert_eq!(json["summary"]["skipped"], 2);
+    assert_eq!(json["exitStatus"], 0);
 
     // The same findings, one line each, on stderr.
     let lines: Vec<&str> = run.stderr.lines().collect();
@@ -477,19 +465,15 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
 }
 
 #[test]
-fn without_the_unnumbered_peer_the_full_fixture_exits_0_and_3_with_strict() {
-    let files = full_without_unnumbered();
-    let mut args = vec!["migrate"];
-    for f in &files {
-        args.extend(["--from", f.as_str()]);
-    }
+fn the_full_fixture_exits_0_and_3_with_strict() {
+    let mut args = vec!["migrate", "--from", FULL];
     let run = ferrolb(&args);
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(
         summary_line(&run),
-        "11 objects converted, 6 fields without an equivalent, 2 objects skipped"
+        "12 objects converted, 6 fields without an equivalent, 2 objects skipped"
     );
-    assert_eq!(parse_objects(&run.stdout).count(), 11);
+    assert_eq!(parse_objects(&run.stdout).count(), 12);
 
     args.push("--strict");
     let strict = ferrolb(&args);

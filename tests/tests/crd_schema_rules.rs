@@ -264,7 +264,7 @@ async fn a_peer_gets_defaults_and_needs_its_required_fields() {
     accepted(&r);
     assert_eq!(r.body["spec"]["holdTime"], json!("90s"));
     assert_eq!(r.body["spec"]["peerPort"], json!(179));
-    for missing in ["myASN", "peerASN", "peerAddress"] {
+    for missing in ["myASN", "peerASN"] {
         let mut spec = peer(json!({}));
         spec.as_object_mut().unwrap().remove(missing);
         refused(
@@ -460,6 +460,86 @@ async fn a_peer_vrf_is_a_linux_interface_name() {
             "vrf is a Linux interface name",
         );
     }
+}
+
+#[tokio::test]
+async fn a_peer_has_either_a_peer_address_or_an_interface() {
+    let (c, ns) = cluster().await;
+    let unnumbered = |extra: Value| {
+        let mut spec = peer(json!({"interface": "eth1"}));
+        spec.as_object_mut().unwrap().remove("peerAddress");
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    let r = create(
+        &c,
+        &ns,
+        "bgppeers",
+        "BGPPeer",
+        "unnumbered",
+        unnumbered(json!({})),
+    )
+    .await;
+    accepted(&r);
+    assert_eq!(r.body["spec"]["interface"], json!("eth1"));
+    assert!(r.body["spec"].get("peerAddress").is_none(), "{}", r.text);
+    let mut neither = peer(json!({}));
+    neither.as_object_mut().unwrap().remove("peerAddress");
+    refused(
+        &create(&c, &ns, "bgppeers", "BGPPeer", "neither", neither).await,
+        "set peerAddress, or interface (BGP unnumbered), exactly one of them",
+    );
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "both",
+            peer(json!({"interface": "eth1"})),
+        )
+        .await,
+        "set peerAddress, or interface (BGP unnumbered), exactly one of them",
+    );
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "source",
+            unnumbered(json!({"sourceAddress": "10.0.0.1"})),
+        )
+        .await,
+        "sourceAddress cannot be set with interface",
+    );
+    for bad in ["", "a-name-of-16-chr", "eth/1", "eth 1", ".", ".."] {
+        refused(
+            &create(
+                &c,
+                &ns,
+                "bgppeers",
+                "BGPPeer",
+                "badif",
+                unnumbered(json!({"interface": bad})),
+            )
+            .await,
+            "interface is a Linux interface name",
+        );
+    }
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "longest",
+            unnumbered(json!({"interface": "a-name-of-15ch."})),
+        )
+        .await,
+    );
 }
 
 #[tokio::test]

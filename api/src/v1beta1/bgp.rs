@@ -24,6 +24,12 @@ const HOLD_TIME_RULE: &str = concat!(
     " || duration(self.holdTime) == duration('0s') || duration(self.holdTime) >= duration('3s')"
 );
 
+/// A Linux interface name as the kernel accepts one (`dev_valid_name`): 1 to 15 characters
+/// (`IFNAMSIZ` 16 with the terminating NUL), no `/`, `:` or whitespace, and not `.` or `..`.
+/// For `interface` and `vrf`.
+const INTERFACE_NAME_RULE: &str =
+    "self.matches('^[^/:\\\\s]{1,15}$') && self != '.' && self != '..'";
+
 /// `keepaliveTime` is not above `holdTime` (which defaults to 90s).
 const KEEPALIVE_RULE: &str = concat!(
     "!has(self.keepaliveTime) || !self.keepaliveTime.matches('",
@@ -34,10 +40,6 @@ const KEEPALIVE_RULE: &str = concat!(
     "')",
     " || duration(self.keepaliveTime) <= duration(self.holdTime)"
 );
-
-/// A Linux interface name as the kernel accepts one (`dev_valid_name`): no `/`, `:` or
-/// whitespace, and not `.` or `..` (the length is the field's own bound).
-const VRF_NAME_RULE: &str = "self.matches('^[^/:\\\\s]+$') && self != '.' && self != '..'";
 
 /// Announces the addresses of the selected pools to BGP peers.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -136,6 +138,7 @@ pub struct SecretRef {
     shortname = "bgpp",
     category = "ferrolb",
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.peerAddress"),
+    printcolumn(name = "Interface", type_ = "string", json_path = ".spec.interface"),
     printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.peerASN"),
     printcolumn(name = "My ASN", type_ = "integer", json_path = ".spec.myASN"),
     printcolumn(name = "Hold Time", type_ = "string", json_path = ".spec.holdTime"),
@@ -158,7 +161,11 @@ pub struct SecretRef {
     .message("set peerASN, or dynamicASN (internal or external), not both").field_path(".peerASN"))]
 #[x_kube(validation = Rule::new("!(has(self.password) && has(self.passwordSecret))")
     .message("set password or passwordSecret, not both").field_path(".passwordSecret"))]
-#[x_kube(validation = Rule::new("!has(self.sourceAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()")
+#[x_kube(validation = Rule::new("has(self.peerAddress) != has(self.interface)")
+    .message("set peerAddress, or interface (BGP unnumbered), exactly one of them").field_path(".peerAddress"))]
+#[x_kube(validation = Rule::new("!(has(self.interface) && has(self.sourceAddress))")
+    .message("sourceAddress cannot be set with interface: an unnumbered session runs from the node's IPv6 link-local address on that interface").field_path(".sourceAddress"))]
+#[x_kube(validation = Rule::new("!has(self.sourceAddress) || !has(self.peerAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()")
     .message("sourceAddress and peerAddress must be of the same IP family").field_path(".sourceAddress"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPPeerSpec {
@@ -179,9 +186,20 @@ pub struct BGPPeerSpec {
         rename = "dynamicASN"
     )]
     pub dynamic_asn: Option<DynamicAsn>,
-    /// The router's address.
+    /// The router's address. Exactly one of this and `interface` is set; empty here means
+    /// unset (as in MetalLB's type), so an unnumbered peer serialises without it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[x_kube(validation = Rule::new("isIP(self)").message("peerAddress must be an IPv4 or IPv6 address"))]
     pub peer_address: String,
+    /// BGP unnumbered (MetalLB's field): the node's interface the router is on, instead of
+    /// `peerAddress`. The speaker learns the router's IPv6 link-local address from the router
+    /// advertisements it sends on that interface (and sends its own, so the router learns the
+    /// speaker's), connects to it from its own link-local address, and announces IPv4 routes
+    /// with an IPv6 next hop (RFC 8950) and IPv6 routes with a link-local one (RFC 2545). The
+    /// interface must lead to exactly one router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(INTERFACE_NAME_RULE).message("interface is a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, and not '.' or '..'"))]
+    pub interface: Option<String>,
     /// The router's TCP port.
     #[serde(default = "default_peer_port")]
     #[schemars(range(min = 1, max = 65535))]
@@ -201,7 +219,7 @@ pub struct BGPPeerSpec {
     /// `BGPSessionState`, and is retried until the device appears.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 15))]
-    #[x_kube(validation = Rule::new(VRF_NAME_RULE).message(
+    #[x_kube(validation = Rule::new(INTERFACE_NAME_RULE).message(
         "vrf is a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, and not '.' or '..'"
     ))]
     pub vrf: Option<String>,

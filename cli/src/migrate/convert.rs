@@ -196,7 +196,12 @@ pub fn bgp_peer_v1beta2(spec: &mut Fields<'_>, ctx: &PeerContext<'_>) -> PeerOut
             None
         }
     };
-    let peer_address = peer_address(spec);
+    let interface = spec.non_empty_string("interface");
+    let peer_address = if interface.is_some() {
+        spec.non_empty_string("peerAddress").unwrap_or_default()
+    } else {
+        peer_address(spec)
+    };
     let peer_port = peer_port(spec);
     let (hold_time, keepalive_time) = timers(spec, false);
     let connect_time = spec
@@ -238,6 +243,7 @@ pub fn bgp_peer_v1beta2(spec: &mut Fields<'_>, ctx: &PeerContext<'_>) -> PeerOut
         peer_asn,
         dynamic_asn,
         peer_address,
+        interface,
         peer_port,
         source_address: spec.non_empty_string("sourceAddress"),
         router_id: spec.non_empty_string("routerID"),
@@ -288,6 +294,7 @@ pub fn bgp_peer_v1beta1(spec: &mut Fields<'_>) -> PeerOut {
         peer_asn,
         dynamic_asn: None,
         peer_address,
+        interface: None,
         peer_port,
         source_address: spec.non_empty_string("sourceAddress"),
         router_id: spec.non_empty_string("routerID"),
@@ -326,7 +333,7 @@ fn peer_address(spec: &mut Fields<'_>) -> String {
         let path = spec.path_of("peerAddress");
         spec.problem(Problem::Required {
             path,
-            why: "FerroLB needs the router's address (it has no BGP unnumbered over `interface`)",
+            why: "a peer needs the router's address, or an interface (BGP unnumbered)",
         });
         String::new()
     })

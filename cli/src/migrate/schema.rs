@@ -53,10 +53,17 @@ pub const MSG_FAMILY: &str = "sourceAddress and peerAddress must be of the same 
 
 /// FerroLB's message for `vrf`.
 pub const MSG_VRF: &str = "vrf is a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, and not '.' or '..'";
+/// FerroLB's message for `interface`.
+pub const MSG_INTERFACE: &str = "interface is a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, and not '.' or '..'";
+/// FerroLB's message for `peerAddress` and `interface`.
+pub const MSG_ADDRESS_OR_INTERFACE: &str =
+    "set peerAddress, or interface (BGP unnumbered), exactly one of them";
+/// FerroLB's message for `sourceAddress` with `interface`.
+pub const MSG_SOURCE_WITH_INTERFACE: &str = "sourceAddress cannot be set with interface: an unnumbered session runs from the node's IPv6 link-local address on that interface";
 
 /// Every CEL rule message of the six configuration CRDs that this module restates.
 #[cfg(test)]
-const RESTATED_RULES: [&str; 14] = [
+const RESTATED_RULES: [&str; 17] = [
     // `spec.addresses`: restated by `parse_pool`, which is stricter (IPv6 order, overlaps).
     "each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end",
     MSG_COMMUNITY_RANGE,
@@ -72,6 +79,9 @@ const RESTATED_RULES: [&str; 14] = [
     MSG_PASSWORD,
     MSG_FAMILY,
     MSG_VRF,
+    MSG_INTERFACE,
+    MSG_ADDRESS_OR_INTERFACE,
+    MSG_SOURCE_WITH_INTERFACE,
 ];
 
 /// The pattern of a `Community` alias's name in FerroLB's CRD.
@@ -336,12 +346,27 @@ fn peer_rules(spec: &BGPPeerSpec, out: &mut Vec<Problem>) {
         message: message.into(),
     };
     let peer_ip = is_ip(&spec.peer_address);
-    if peer_ip.is_none() {
+    if spec.peer_address.is_empty() == spec.interface.is_none() {
+        out.push(Problem::Rule {
+            message: MSG_ADDRESS_OR_INTERFACE.into(),
+        });
+    }
+    if !spec.peer_address.is_empty() && peer_ip.is_none() {
         out.push(refused(
             "spec.peerAddress",
             &spec.peer_address,
             MSG_PEER_ADDRESS,
         ));
+    }
+    if let Some(interface) = &spec.interface {
+        if !is_interface_name(interface) {
+            out.push(refused("spec.interface", interface, MSG_INTERFACE));
+        }
+        if spec.source_address.is_some() {
+            out.push(Problem::Rule {
+                message: MSG_SOURCE_WITH_INTERFACE.into(),
+            });
+        }
     }
     if let Some(src) = &spec.source_address {
         match is_ip(src) {
@@ -406,10 +431,10 @@ fn peer_rules(spec: &BGPPeerSpec, out: &mut Vec<Problem>) {
     }
 }
 
-/// The CRD's rule for a Linux interface name (its length is the schema's): no `/`, `:` or
-/// whitespace, and not `.` or `..`.
+/// The CRDs' rule for a Linux interface name: 1 to 15 characters, no `/`, `:` or whitespace,
+/// and not `.` or `..`.
 fn is_interface_name(s: &str) -> bool {
-    !s.is_empty()
+    (1..=15).contains(&s.chars().count())
         && !s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
         && s != "."
         && s != ".."

@@ -58,11 +58,6 @@ pub const UNSUPPORTED: &[Unsupported] = &[
     },
     Unsupported {
         kind: Kind::BGPPeer,
-        path: "spec.interface",
-        reason: "FerroLB has no BGP unnumbered: a session needs peerAddress",
-    },
-    Unsupported {
-        kind: Kind::BGPPeer,
         path: "spec.disableMP",
         reason: "FerroLB offers IPv4 and IPv6 unicast on every session (RFC 4760) and \
                  announces each family the router accepts; it cannot split the families into \

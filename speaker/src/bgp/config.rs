@@ -36,8 +36,13 @@ pub struct PeerConfig {
     /// whatever AS the peer's OPEN announces.
     #[serde(default)]
     pub peer_asn_external: bool,
-    /// Where we connect to.
+    /// Where we connect to (unused when `interface` is set: `::` by convention).
     pub peer_address: IpAddr,
+    /// BGP unnumbered: the peer is the one router on this interface, found by its router
+    /// advertisements (see [`crate::bgp::unnumbered`]); we connect to its IPv6 link-local
+    /// address from ours, offer RFC 8950 extended next hops and announce link-local next hops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
     /// TCP port of the peer (179 by default).
     pub peer_port: u16,
     /// Local address to bind before connecting; the kernel chooses when absent.
@@ -133,6 +138,7 @@ impl PeerConfig {
             peer_asn,
             peer_asn_external: false,
             peer_address,
+            interface: None,
             peer_port: 179,
             source_address: None,
             router_id: None,
@@ -146,6 +152,14 @@ impl PeerConfig {
             bfd: None,
             next_hop_v4: None,
             next_hop_v6: None,
+        }
+    }
+
+    /// An unnumbered peer: the router on `interface`, whatever its address.
+    pub fn unnumbered(id: &str, my_asn: u32, peer_asn: u32, interface: &str) -> Self {
+        PeerConfig {
+            interface: Some(interface.to_owned()),
+            ..PeerConfig::new(id, my_asn, peer_asn, IpAddr::V6(Ipv6Addr::UNSPECIFIED))
         }
     }
 

@@ -80,7 +80,9 @@ pub enum Input {
         /// The peer's end.
         remote: SocketAddr,
         /// An address of the other family on the interface that carries `local`: the next hop
-        /// for that family's routes when the configuration names none.
+        /// for that family's routes when the configuration names none. When `local` is an
+        /// IPv6 link-local address (BGP unnumbered), a global IPv6 address of the interface
+        /// instead, if it has one: the global half of the RFC 2545 next hop.
         other_family: Option<IpAddr>,
     },
     /// The TCP connection attempt failed.
@@ -169,6 +171,9 @@ pub struct Negotiated {
     pub four_octet_as: bool,
     /// Both sides announced graceful restart.
     pub graceful_restart: bool,
+    /// IPv4 routes go with an IPv6 next hop (RFC 8950): we offered it (unnumbered sessions
+    /// only) and the peer announced it too.
+    pub ipv4_over_ipv6: bool,
     /// The peer's BGP identifier.
     pub peer_id: Ipv4Addr,
 }
@@ -405,6 +410,10 @@ impl Session {
             .map(|f| Capability::Multiprotocol(*f))
             .collect();
         capabilities.push(Capability::RouteRefresh);
+        if self.config.interface.is_some() {
+            // RFC 8950 §3: with no IPv4 address on the link, IPv4 routes need an IPv6 next hop.
+            capabilities.push(Capability::ExtendedNextHop(vec![(Family::IPV4_UNICAST, 2)]));
+        }
         if self.config.graceful_restart {
             // F bit set: the data plane keeps forwarding while the speaker restarts.
             capabilities.push(Capability::GracefulRestart {
@@ -583,6 +592,8 @@ impl Session {
             graceful_restart: self.config.graceful_restart
                 && open.has(|c| matches!(c, Capability::GracefulRestart { .. })),
             peer_id: open.bgp_id,
+            ipv4_over_ipv6: self.config.interface.is_some()
+                && open.extended_next_hop(Family::IPV4_UNICAST, 2),
         })
     }
 
@@ -627,12 +638,20 @@ impl Session {
                 _ => None,
             })
         });
+        // RFC 2545 §3: on a session over a link-local address, that address goes with (or,
+        // with no global address, instead of) the global next hop.
+        let next_hop_v6_link_local = match self.local.map(|l| l.ip()) {
+            Some(IpAddr::V6(a)) if a.is_unicast_link_local() => Some(a),
+            _ => None,
+        };
         EncodeParams {
             my_asn: self.config.my_asn,
             ibgp: self.config.is_ibgp(),
             four_octet_as: self.negotiated.as_ref().is_some_and(|n| n.four_octet_as),
             next_hop_v4,
             next_hop_v6,
+            next_hop_v6_link_local,
+            ipv4_over_ipv6: self.negotiated.as_ref().is_some_and(|n| n.ipv4_over_ipv6),
         }
     }
 

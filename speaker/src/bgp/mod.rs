@@ -7,6 +7,7 @@
 //! - [`fsm`]: the RFC 4271 session state machine, pure.
 //! - [`error`]: every session error, each one the NOTIFICATION it sends.
 //! - [`config`]: plain data for peers and advertisements.
+//! - [`unnumbered`]: finding the router of an unnumbered peer by its router advertisements.
 //! - [`speaker`] ([`BgpSpeaker`]), `peer` (one task per session), [`socket`]: the tokio shell.
 pub mod config;
 pub mod error;
@@ -16,6 +17,7 @@ mod peer;
 pub mod rib;
 pub mod socket;
 pub mod speaker;
+pub mod unnumbered;
 pub mod update;
 pub mod update_check;
 pub mod wire;

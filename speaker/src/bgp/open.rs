@@ -1,5 +1,5 @@
 //! OPEN messages and the capabilities we speak (RFC 4271 §4.2, RFC 5492, RFC 6793, RFC 4760,
-//! RFC 2918, RFC 4724, RFC 9072). Pure: no I/O, no clock.
+//! RFC 2918, RFC 4724, RFC 9072, RFC 8950). Pure: no I/O, no clock.
 
 use std::net::Ipv4Addr;
 
@@ -16,6 +16,9 @@ pub enum Capability {
     Multiprotocol(Family),
     /// Route refresh (code 2, RFC 2918).
     RouteRefresh,
+    /// Extended next hop encoding (code 5, RFC 8950 §3): NLRI of these families may carry a
+    /// next hop of the paired AFI (IPv4 unicast with an IPv6 next hop is `(IPV4_UNICAST, 2)`).
+    ExtendedNextHop(Vec<(Family, u16)>),
     /// Graceful restart (code 64, RFC 4724).
     GracefulRestart {
         /// R bit: the sender has restarted.
@@ -80,6 +83,14 @@ impl Open {
         } else {
             v
         }
+    }
+
+    /// Whether the sender accepts `family` NLRI with a next hop of `next_hop_afi` (RFC 8950).
+    pub fn extended_next_hop(&self, family: Family, next_hop_afi: u16) -> bool {
+        self.capabilities.iter().any(|c| match c {
+            Capability::ExtendedNextHop(v) => v.contains(&(family, next_hop_afi)),
+            _ => false,
+        })
     }
 
     /// Whether the sender announced `capability` (compared by kind).
@@ -171,6 +182,20 @@ fn decode_capabilities(mut v: &[u8], out: &mut Vec<Capability>) -> Result<(), Se
                 safi: value[3],
             }),
             (2, 0) => Capability::RouteRefresh,
+            // RFC 8950 §3: triples of NLRI AFI (2), NLRI SAFI (2), next-hop AFI (2).
+            (5, l) if l > 0 && l % 6 == 0 => Capability::ExtendedNextHop(
+                value
+                    .chunks_exact(6)
+                    .map(|c| {
+                        let afi = u16::from_be_bytes([c[0], c[1]]);
+                        let safi = u16::from_be_bytes([c[2], c[3]]);
+                        let nh_afi = u16::from_be_bytes([c[4], c[5]]);
+                        // A SAFI above 255 names no family we speak; it can never match ours.
+                        let safi = u8::try_from(safi).unwrap_or(u8::MAX);
+                        (Family { afi, safi }, nh_afi)
+                    })
+                    .collect(),
+            ),
             (64, l) if l >= 2 && (l - 2) % 4 == 0 => {
                 let flags_time = u16::from_be_bytes([value[0], value[1]]);
                 let families = value[2..]
@@ -194,7 +219,7 @@ fn decode_capabilities(mut v: &[u8], out: &mut Vec<Capability>) -> Result<(), Se
             (65, 4) => Capability::FourOctetAs(u32::from_be_bytes([
                 value[0], value[1], value[2], value[3],
             ])),
-            (1 | 2 | 64 | 65, _) => return Err(SessionError::MalformedOpen),
+            (1 | 2 | 5 | 64 | 65, _) => return Err(SessionError::MalformedOpen),
             (other, _) => Capability::Unrecognized(other),
         };
         out.push(cap);
@@ -211,6 +236,14 @@ fn encode_capability(c: &Capability, out: &mut Vec<u8>) {
             out.extend_from_slice(&[0, f.safi]);
         }
         Capability::RouteRefresh => out.extend_from_slice(&[2, 0]),
+        Capability::ExtendedNextHop(v) => {
+            out.extend_from_slice(&[5, (6 * v.len()) as u8]);
+            for (f, nh_afi) in v {
+                out.extend_from_slice(&f.afi.to_be_bytes());
+                out.extend_from_slice(&u16::from(f.safi).to_be_bytes());
+                out.extend_from_slice(&nh_afi.to_be_bytes());
+            }
+        }
         Capability::GracefulRestart {
             restarted,
             restart_time,
@@ -269,6 +302,51 @@ mod tests {
         assert_eq!(m, Message::Open(ours()));
         let Message::Open(o) = m else { unreachable!() };
         assert_eq!(o.asn(), 4_200_000_001);
+    }
+
+    #[test]
+    fn the_extended_next_hop_capability_for_ipv4_over_ipv6_is_code_5_with_afi_1_safi_1_nexthop_afi_2()
+     {
+        let open = Open {
+            my_as: 64512,
+            hold_time: 90,
+            bgp_id: Ipv4Addr::new(10, 99, 0, 1),
+            capabilities: vec![Capability::ExtendedNextHop(vec![(Family::IPV4_UNICAST, 2)])],
+        };
+        let mut b = vec![];
+        open.encode(&mut b);
+        // Optional parameters: length 10, type 2 (capabilities), length 8, then code 5,
+        // length 6, AFI 1, SAFI 1 (two octets), next-hop AFI 2.
+        assert_eq!(&b[28..], &[10, 2, 8, 5, 6, 0, 1, 0, 1, 0, 2]);
+        let decoded = Open::decode(&b[19..]).unwrap();
+        assert_eq!(decoded, open);
+        assert!(decoded.extended_next_hop(Family::IPV4_UNICAST, 2));
+        assert!(!decoded.extended_next_hop(Family::IPV6_UNICAST, 1));
+    }
+
+    #[test]
+    fn an_extended_next_hop_capability_with_several_entries_decodes() {
+        // Two entries: IPv4 unicast and IPv4 VPN (SAFI 128), both over IPv6.
+        let caps = [5, 12, 0, 1, 0, 1, 0, 2, 0, 1, 0, 128, 0, 2];
+        let mut out = vec![];
+        decode_capabilities(&caps, &mut out).unwrap();
+        let vpn = Family { afi: 1, safi: 128 };
+        assert_eq!(
+            out,
+            vec![Capability::ExtendedNextHop(vec![
+                (Family::IPV4_UNICAST, 2),
+                (vpn, 2)
+            ])]
+        );
+    }
+
+    #[test]
+    fn an_extended_next_hop_capability_of_a_length_not_a_multiple_of_6_is_a_malformed_open() {
+        let mut out = vec![];
+        assert_eq!(
+            decode_capabilities(&[5, 4, 0, 1, 0, 1], &mut out),
+            Err(SessionError::MalformedOpen)
+        );
     }
 
     #[test]

@@ -15,6 +15,12 @@
 //! connection at once, as a broken connection would (RFC 5882 §4.1): nothing reaches a peer
 //! cut off, so no NOTIFICATION is written. A peer that never brings BFD up keeps its BGP
 //! session (BFD is then only reported, in [`PeerStatus::bfd`]).
+//!
+//! An unnumbered peer (`PeerConfig::interface`) has a second task, the neighbour discovery
+//! ([`socket::discover_neighbour`]), which tells the peer task through a `watch` which router
+//! is on the interface: connections go to that router's link-local address; while there is
+//! none (or several), a connection attempt fails at once with the reason in
+//! [`PeerStatus::last_error`], and the attempt is made again as soon as one router is found.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -84,6 +90,8 @@ pub struct PeerStatus {
     pub bfd: Option<crate::bfd::State>,
     /// Times BFD going down closed the BGP session.
     pub bfd_downs: u64,
+    /// The router found on the interface of an unnumbered peer (its link-local address).
+    pub neighbour: Option<std::net::Ipv6Addr>,
     /// The BFD detection time in force (the peer's multiplier times the slower of our receive
     /// and its transmit interval; the 1 s floor applies until the session is Up and has
     /// agreed faster timers).
@@ -117,6 +125,7 @@ impl Default for PeerStatus {
             capabilities: Vec::new(),
             bfd: None,
             bfd_downs: 0,
+            neighbour: None,
             bfd_detection_time: None,
             missing_vrf: None,
         }
@@ -178,6 +187,22 @@ pub(crate) struct PeerTask {
     bfd_settings: Option<BfdSettings>,
     /// The local address of the current or last connection (BFD runs from it).
     bfd_local: Option<std::net::IpAddr>,
+    /// An unnumbered peer's neighbour discovery: what it found, and its task.
+    discovery: Option<(watch::Receiver<socket::Discovery>, JoinHandle<()>)>,
+    /// Where the current or last connection attempt went.
+    remote: Option<std::net::SocketAddr>,
+}
+
+async fn discovery_changed(
+    d: &mut Option<(watch::Receiver<socket::Discovery>, JoinHandle<()>)>,
+) -> socket::Discovery {
+    match d {
+        Some((rx, _)) => match rx.changed().await {
+            Ok(()) => rx.borrow_and_update().clone(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 async fn bfd_changed(bfd: &mut Option<(BfdHandle, watch::Receiver<BfdStatus>)>) -> BfdStatus {
@@ -223,6 +248,12 @@ impl PeerTask {
         bfd_sessions: BfdSessions,
     ) {
         let bfd_settings = *bfd_config.borrow_and_update();
+        let discovery = config.interface.clone().map(|interface| {
+            let (tx, rx) = watch::channel(Err(super::unnumbered::NeighbourError::NoneYet {
+                interface: interface.clone(),
+            }));
+            (rx, tokio::spawn(socket::discover_neighbour(interface, tx)))
+        });
         let mut task = PeerTask {
             session: Session::new(config),
             reader: None,
@@ -237,6 +268,8 @@ impl PeerTask {
             connect_started: None,
             bfd_settings,
             bfd_local: None,
+            discovery,
+            remote: None,
         };
         let initial = advertisements.borrow_and_update().as_ref().clone();
         task.pending.push_back(Input::SetAdvertisements(initial));
@@ -264,7 +297,16 @@ impl PeerTask {
                     if let Some((handle, _)) = task.bfd.take() {
                         handle.shutdown().await;
                     }
+                    if let Some((_, discovery)) = task.discovery.take() {
+                        discovery.abort();
+                    }
                     return;
+                }
+                found = discovery_changed(&mut task.discovery) => {
+                    match task.neighbour_changed(found) {
+                        Some(input) => input,
+                        None => continue,
+                    }
                 }
                 Ok(()) = bfd_config.changed() => {
                     let settings = *bfd_config.borrow_and_update();
@@ -360,7 +402,58 @@ impl PeerTask {
     /// The peer's address and port, for messages.
     fn remote(&self) -> std::net::SocketAddr {
         let c = self.session.config();
-        std::net::SocketAddr::new(c.peer_address, c.peer_port)
+        self.remote
+            .unwrap_or_else(|| std::net::SocketAddr::new(c.peer_address, c.peer_port))
+    }
+
+    /// Where to connect: the configured address, or the router found on the interface of an
+    /// unnumbered peer (an error saying why there is none).
+    fn target(&self) -> Result<std::net::SocketAddr, String> {
+        let c = self.session.config();
+        let Some((found, _)) = &self.discovery else {
+            return Ok(std::net::SocketAddr::new(c.peer_address, c.peer_port));
+        };
+        match &*found.borrow() {
+            Ok((router, index)) => Ok(std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+                *router,
+                c.peer_port,
+                0,
+                *index,
+            ))),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Reacts to what the neighbour discovery found: a router found while waiting to retry is
+    /// connected to at once; a connection to another router than the one found now is closed
+    /// (the session comes up again with the new one).
+    fn neighbour_changed(&mut self, found: socket::Discovery) -> Option<Input> {
+        let peer = self.session.config().id.clone();
+        match &found {
+            Ok((router, _)) => tracing::info!(%peer, %router, "unnumbered peer: router found"),
+            Err(e) => {
+                tracing::warn!(%peer, reason = e.metric_label(), error = %e, "unnumbered peer: no router to connect to")
+            }
+        }
+        let router = found.as_ref().ok().map(|(r, _)| *r);
+        self.status.send_modify(|s| {
+            s.neighbour = router;
+            if let Err(e) = &found {
+                s.set_error(e.to_string());
+            }
+        });
+        let connected = self.reader.is_some() || self.writer.is_some();
+        let connected_to = self.remote.map(|r| r.ip());
+        match (router, self.session.state()) {
+            (Some(r), _) if connected && connected_to != Some(std::net::IpAddr::V6(r)) => {
+                tracing::warn!(%peer, "unnumbered peer: another router on the link; reconnecting");
+                self.reader = None;
+                self.writer = None;
+                Some(Input::Closed)
+            }
+            (Some(_), State::Idle | State::Active) if !connected => Some(Input::Start),
+            _ => None,
+        }
     }
 
     /// Applies new BFD settings without touching the BGP session: new timers go to the
@@ -403,6 +496,13 @@ impl PeerTask {
             return;
         };
         if self.bfd.is_some() {
+            return;
+        }
+        if config.interface.is_some() {
+            tracing::warn!(peer = %config.id, "BFD is not run on unnumbered sessions; BGP runs without it");
+            self.status.send_modify(|s| {
+                s.set_error("BFD is not run on unnumbered sessions (peer given by interface); BGP runs without it".into())
+            });
             return;
         }
         let peer = BfdPeer {
@@ -497,8 +597,18 @@ impl PeerTask {
                 Output::Connect => {
                     let config = self.session.config().clone();
                     self.connect_started = Some(Instant::now());
-                    self.connecting =
-                        Some(tokio::spawn(async move { socket::connect(&config).await }));
+                    match self.target() {
+                        Ok(remote) => {
+                            self.remote = Some(remote);
+                            self.connecting = Some(tokio::spawn(async move {
+                                socket::connect_to(&config, remote).await
+                            }));
+                        }
+                        Err(why) => {
+                            self.status.send_modify(|s| s.set_error(why));
+                            self.pending.push_back(Input::ConnectFailed);
+                        }
+                    }
                 }
                 Output::Send(bytes) => {
                     let Some(w) = self.writer.as_mut() else {
@@ -613,6 +723,9 @@ fn negotiated_capabilities(n: &super::fsm::Negotiated) -> Vec<&'static str> {
     }
     if n.graceful_restart {
         out.push("graceful-restart");
+    }
+    if n.ipv4_over_ipv6 {
+        out.push("extended-nexthop");
     }
     out
 }

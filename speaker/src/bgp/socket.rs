@@ -1,13 +1,19 @@
-//! Opening a session's TCP connection: VRF device, source address, TTL and TCP-MD5 (RFC 2385).
-//! I/O.
+//! Opening a session's TCP connection: VRF device, source address, TTL and TCP-MD5 (RFC 2385);
+//! finding an unnumbered peer on its interface (router advertisements). I/O.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
 
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream, UdpSocket};
+use tokio::sync::watch;
 
 use super::config::PeerConfig;
+use super::unnumbered::{
+    ADVERTISE_INTERVAL, NeighbourError, Neighbours, encode_router_advertisement,
+    parse_router_advertisement,
+};
 
 /// Longest TCP-MD5 key Linux accepts (TCP_MD5SIG_MAXKEYLEN).
 pub const MAX_MD5_KEY_LEN: usize = 80;
@@ -28,7 +34,19 @@ pub enum ConnectError {
 /// the route, the source address chosen by the kernel and so the next hop we announce (the
 /// connection's local address) come from that VRF.
 pub async fn connect(config: &PeerConfig) -> Result<TcpStream, ConnectError> {
-    let remote = SocketAddr::new(config.peer_address, config.peer_port);
+    connect_to(
+        config,
+        SocketAddr::new(config.peer_address, config.peer_port),
+    )
+    .await
+}
+
+/// [`connect`] to `remote` instead of the configured address: an unnumbered peer's link-local
+/// address, with the interface as its scope.
+pub async fn connect_to(
+    config: &PeerConfig,
+    remote: SocketAddr,
+) -> Result<TcpStream, ConnectError> {
     let socket = match remote {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
@@ -43,7 +61,7 @@ pub async fn connect(config: &PeerConfig) -> Result<TcpStream, ConnectError> {
     }
     sock.set_tcp_nodelay(true)?;
     if let Some(password) = &config.password {
-        set_tcp_md5sig(socket.as_raw_fd(), config.peer_address, password.as_bytes())?;
+        set_tcp_md5sig(socket.as_raw_fd(), remote.ip(), password.as_bytes())?;
     }
     if let Some(source) = config.source_address {
         socket.bind(SocketAddr::new(source, 0))?;
@@ -52,20 +70,133 @@ pub async fn connect(config: &PeerConfig) -> Result<TcpStream, ConnectError> {
 }
 
 /// A global address of the other family on the interface that holds `local`: how a session
-/// over IPv4 finds the node's IPv6 next hop, and the other way round.
+/// over IPv4 finds the node's IPv6 next hop, and the other way round. For a link-local `local`
+/// (an unnumbered session), the interface's global IPv6 address, for the global half of the
+/// RFC 2545 next hop; its IPv4 address when it has no global IPv6 one.
 pub fn other_family_address(local: IpAddr) -> Option<IpAddr> {
     let iface = pnet::datalink::interfaces()
         .into_iter()
         .find(|i| i.ips.iter().any(|n| n.ip() == local))?;
-    iface
-        .ips
-        .iter()
-        .map(|n| n.ip())
-        .find(|ip| match (local, ip) {
-            (IpAddr::V4(_), IpAddr::V6(a)) => !a.is_loopback() && !a.is_unicast_link_local(),
-            (IpAddr::V6(_), IpAddr::V4(a)) => !a.is_loopback() && !a.is_link_local(),
-            _ => false,
-        })
+    let global_v6 =
+        |ip: &IpAddr| matches!(ip, IpAddr::V6(a) if !a.is_loopback() && !a.is_unicast_link_local());
+    let v4 = |ip: &IpAddr| matches!(ip, IpAddr::V4(a) if !a.is_loopback() && !a.is_link_local());
+    let ips = || iface.ips.iter().map(|n| n.ip());
+    match local {
+        IpAddr::V6(l) if l.is_unicast_link_local() => {
+            ips().find(global_v6).or_else(|| ips().find(v4))
+        }
+        IpAddr::V4(_) => ips().find(global_v6),
+        IpAddr::V6(_) => ips().find(v4),
+    }
+}
+
+/// What the neighbour discovery of an unnumbered peer found: the router's link-local address
+/// and the interface's index (its scope).
+pub type Discovery = Result<(Ipv6Addr, u32), NeighbourError>;
+
+/// How often the interface is looked up again (it may appear, go, or be made anew).
+const INTERFACE_CHECK: Duration = Duration::from_secs(5);
+/// Shortest time between two of our advertisements sent in answer to a new router's.
+const ANSWER_GAP: Duration = Duration::from_secs(1);
+
+/// The all-nodes multicast address, where unsolicited advertisements go (RFC 4861 §6.2.4).
+const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+
+/// Runs the neighbour discovery of an unnumbered peer on `interface` until `found` has no
+/// receiver: sends our router advertisement every [`ADVERTISE_INTERVAL`] (and at once when a
+/// new router is heard), listens for the routers' advertisements, and publishes who the
+/// neighbour is (see [`crate::bgp::unnumbered`]).
+pub async fn discover_neighbour(interface: String, found: watch::Sender<Discovery>) {
+    let publish = |d: Discovery| {
+        found.send_if_modified(|cur| {
+            let changed = *cur != d;
+            *cur = d;
+            changed
+        });
+    };
+    while !found.is_closed() {
+        let Some(iface) = pnet::datalink::interfaces()
+            .into_iter()
+            .find(|i| i.name == interface)
+        else {
+            publish(Err(NeighbourError::NoInterface {
+                interface: interface.clone(),
+            }));
+            tokio::time::sleep(INTERFACE_CHECK).await;
+            continue;
+        };
+        let socket = match router_advertisement_socket(&iface.name, iface.index) {
+            Ok(s) => s,
+            Err(e) => {
+                publish(Err(NeighbourError::Socket {
+                    interface: interface.clone(),
+                    reason: e.to_string(),
+                }));
+                tokio::time::sleep(INTERFACE_CHECK).await;
+                continue;
+            }
+        };
+        let ours = encode_router_advertisement(iface.mac.map(|m| m.octets()));
+        let all_nodes = SocketAddr::V6(SocketAddrV6::new(ALL_NODES, 0, 0, iface.index));
+        let mut neighbours = Neighbours::new(&interface);
+        publish(
+            neighbours
+                .neighbour(std::time::Instant::now())
+                .map(|a| (a, iface.index)),
+        );
+        let mut advertise = tokio::time::interval(ADVERTISE_INTERVAL);
+        let mut check = tokio::time::interval(INTERFACE_CHECK);
+        let mut last_answer: Option<tokio::time::Instant> = None;
+        let mut buf = vec![0u8; 1500];
+        loop {
+            tokio::select! {
+                _ = advertise.tick() => {
+                    if let Err(e) = socket.send_to(&ours, all_nodes).await {
+                        tracing::debug!(%interface, error = %e, "router advertisement not sent");
+                    }
+                }
+                _ = check.tick() => {
+                    let same = pnet::datalink::interfaces()
+                        .iter()
+                        .any(|i| i.name == interface && i.index == iface.index);
+                    if !same || found.is_closed() {
+                        break;
+                    }
+                }
+                got = socket.recv_from(&mut buf) => {
+                    let Ok((n, SocketAddr::V6(from))) = got else { continue };
+                    let Some(ra) = parse_router_advertisement(&buf[..n]) else { continue };
+                    let now = tokio::time::Instant::now();
+                    let new = neighbours.heard(now.into_std(), *from.ip(), ra);
+                    if new && last_answer.is_none_or(|t| now - t >= ANSWER_GAP) {
+                        last_answer = Some(now);
+                        let _ = socket.send_to(&ours, all_nodes).await;
+                    }
+                }
+            }
+            publish(
+                neighbours
+                    .neighbour(std::time::Instant::now())
+                    .map(|a| (a, iface.index)),
+            );
+        }
+    }
+}
+
+/// A raw ICMPv6 socket on one interface that sends with hop limit 255 (RFC 4861 §6.1.2) and
+/// does not hear its own multicast. It is used through tokio's `UdpSocket`, whose
+/// `send_to`/`recv_from` are plain datagram calls that suit a raw socket as well (the port of
+/// the addresses is 0); the kernel fills in the ICMPv6 checksum.
+fn router_advertisement_socket(name: &str, index: u32) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))?;
+    s.bind_device(Some(name.as_bytes()))?;
+    s.set_multicast_hops_v6(255)?;
+    s.set_unicast_hops_v6(255)?;
+    s.set_multicast_if_v6(index)?;
+    s.set_multicast_loop_v6(false)?;
+    s.set_nonblocking(true)?;
+    UdpSocket::from_std(std::net::UdpSocket::from(std::os::fd::OwnedFd::from(s)))
 }
 
 /// Builds a Linux `struct tcp_md5sig` (linux/tcp.h): a 128-byte `sockaddr_storage` with the

@@ -1,5 +1,7 @@
 //! Encoding of the UPDATEs we send: announcements packed many prefixes to a message, withdrawals
-//! and End-of-RIB markers (RFC 4271 §4.3, RFC 4760, RFC 4724 §2). Pure: no I/O, no clock.
+//! and End-of-RIB markers (RFC 4271 §4.3, RFC 4760, RFC 4724 §2), IPv6 next hops with their
+//! link-local half (RFC 2545 §3) and IPv4 routes with an IPv6 next hop (RFC 8950). Pure: no
+//! I/O, no clock.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -39,8 +41,33 @@ pub struct EncodeParams {
     pub four_octet_as: bool,
     /// NEXT_HOP for IPv4 routes.
     pub next_hop_v4: Option<Ipv4Addr>,
-    /// Next hop inside MP_REACH for IPv6 routes.
+    /// Next hop inside MP_REACH for IPv6 routes (the global one, RFC 2545 §3).
     pub next_hop_v6: Option<Ipv6Addr>,
+    /// Our link-local address on a session over one link (BGP unnumbered): sent after
+    /// `next_hop_v6` in a 32-byte next hop, or alone in a 16-byte one when there is no global
+    /// address (RFC 2545 §3).
+    pub next_hop_v6_link_local: Option<Ipv6Addr>,
+    /// The peer accepts IPv4 routes with an IPv6 next hop (RFC 8950, negotiated): IPv4 routes
+    /// go in MP_REACH with the IPv6 next hop instead of the NEXT_HOP attribute.
+    pub ipv4_over_ipv6: bool,
+}
+
+impl EncodeParams {
+    /// Whether `family`'s routes carry the NEXT_HOP attribute (classic IPv4 NLRI) rather than
+    /// a next hop inside MP_REACH.
+    fn classic(&self, family: Family) -> bool {
+        family == Family::IPV4_UNICAST && !self.ipv4_over_ipv6
+    }
+
+    /// The next hop field of MP_REACH for IPv6 next hops: global and link-local (32 bytes),
+    /// or whichever of the two exists (16 bytes).
+    fn mp_next_hop_v6(&self) -> Option<Vec<u8>> {
+        match (self.next_hop_v6, self.next_hop_v6_link_local) {
+            (Some(g), Some(ll)) => Some([g.octets(), ll.octets()].concat()),
+            (Some(a), None) | (None, Some(a)) => Some(a.octets().to_vec()),
+            (None, None) => None,
+        }
+    }
 }
 
 /// The family of a prefix.
@@ -104,7 +131,7 @@ fn build_attributes(p: &EncodeParams, attrs: &RouteAttrs, family: Family) -> Att
             put_attr(&mut after, OPTIONAL_TRANSITIVE, AS4_PATH, &v4);
         }
     }
-    if family == Family::IPV4_UNICAST {
+    if p.classic(family) {
         let nh = p.next_hop_v4.unwrap_or(Ipv4Addr::UNSPECIFIED);
         put_attr(&mut before, WELL_KNOWN, NEXT_HOP, &nh.octets());
     }
@@ -163,7 +190,7 @@ pub fn encode_announcements<'a>(
     let a = build_attributes(p, attrs, family);
     let mut prefixes = prefixes.into_iter().peekable();
     let mut messages = 0;
-    if family == Family::IPV4_UNICAST {
+    if p.classic(family) {
         if p.next_hop_v4.is_none() {
             return Err(EncodeError::NoNextHop);
         }
@@ -192,9 +219,9 @@ pub fn encode_announcements<'a>(
             messages += 1;
         }
     } else {
-        let nh = p.next_hop_v6.ok_or(EncodeError::NoNextHop)?;
+        let nh = p.mp_next_hop_v6().ok_or(EncodeError::NoNextHop)?;
         // MP_REACH: flags, type, 2-byte length, AFI, SAFI, next-hop length, next hop, reserved.
-        let mp_fixed = 4 + 3 + 1 + 16 + 1;
+        let mp_fixed = 4 + 3 + 1 + nh.len() + 1;
         let fixed = HEADER_LEN + UPDATE_FIXED + a.before_mp.len() + a.after_mp.len() + mp_fixed;
         let room = MAX_MESSAGE_LEN
             .checked_sub(fixed)
@@ -215,8 +242,8 @@ pub fn encode_announcements<'a>(
             out.extend_from_slice(&[OPTIONAL | EXTENDED_LENGTH, MP_REACH]);
             out.extend_from_slice(&(mp_len as u16).to_be_bytes());
             out.extend_from_slice(&family.afi.to_be_bytes());
-            out.extend_from_slice(&[family.safi, 16]);
-            out.extend_from_slice(&nh.octets());
+            out.extend_from_slice(&[family.safi, nh.len() as u8]);
+            out.extend_from_slice(&nh);
             out.push(0);
             out.extend_from_slice(&nlri);
             out.extend_from_slice(&a.after_mp);
@@ -292,7 +319,134 @@ mod tests {
             four_octet_as: true,
             next_hop_v4: Some(Ipv4Addr::new(10, 99, 0, 1)),
             next_hop_v6: Some("fd00:99::1".parse().unwrap()),
+            next_hop_v6_link_local: None,
+            ipv4_over_ipv6: false,
         }
+    }
+
+    /// An eBGP session over a link with no IPv4 address and no global IPv6 one.
+    fn unnumbered() -> EncodeParams {
+        EncodeParams {
+            next_hop_v4: None,
+            next_hop_v6: None,
+            next_hop_v6_link_local: Some("fe80::1".parse().unwrap()),
+            ipv4_over_ipv6: true,
+            ..ebgp()
+        }
+    }
+
+    const FE80_1: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+    #[test]
+    fn an_ipv4_route_with_an_ipv6_next_hop_goes_in_mp_reach_afi_1_without_next_hop() {
+        let mut out = vec![];
+        let p: IpNet = "10.99.1.0/24".parse().unwrap();
+        let params = unnumbered();
+        encode_announcements(
+            &mut out,
+            &params,
+            &RouteAttrs::default(),
+            Family::IPV4_UNICAST,
+            [&p],
+        )
+        .unwrap();
+        // ORIGIN, AS_PATH, then MP_REACH (optional, extended length): AFI 1, SAFI 1, next hop
+        // length 16, fe80::1, reserved, 10.99.1.0/24. No NEXT_HOP, no classic NLRI.
+        let expected: Vec<u8> = [
+            &[0xff; 16][..],
+            &[0, 65, 2, 0, 0, 0, 42],
+            &[0x40, 1, 1, 0],
+            &[0x40, 2, 6, 2, 1, 0, 0, 0xfc, 0x00],
+            &[0x90, 14, 0, 25, 0, 1, 1, 16],
+            &FE80_1,
+            &[0, 24, 10, 99, 1],
+        ]
+        .concat();
+        assert_eq!(out, expected);
+        let msgs = decode_all(&out);
+        assert_eq!(
+            msgs[0].0,
+            Message::Update(crate::bgp::update_check::UpdateSummary {
+                withdrawn: 0,
+                announced: 1,
+                malformed: None,
+            })
+        );
+    }
+
+    #[test]
+    fn an_ipv6_route_with_a_global_and_a_link_local_address_carries_a_32_byte_next_hop() {
+        let mut out = vec![];
+        let p: IpNet = "fd00:99:1::/64".parse().unwrap();
+        let params = EncodeParams {
+            next_hop_v6: Some("fd00:99::1".parse().unwrap()),
+            ..unnumbered()
+        };
+        encode_announcements(
+            &mut out,
+            &params,
+            &RouteAttrs::default(),
+            Family::IPV6_UNICAST,
+            [&p],
+        )
+        .unwrap();
+        let global: Ipv6Addr = "fd00:99::1".parse().unwrap();
+        let expected: Vec<u8> = [
+            &[0xff; 16][..],
+            &[0, 86, 2, 0, 0, 0, 63],
+            &[0x40, 1, 1, 0],
+            &[0x40, 2, 6, 2, 1, 0, 0, 0xfc, 0x00],
+            &[0x90, 14, 0, 46, 0, 2, 1, 32],
+            &global.octets(),
+            &FE80_1,
+            &[0, 64, 0xfd, 0, 0, 0x99, 0, 1, 0, 0],
+        ]
+        .concat();
+        assert_eq!(out, expected);
+        assert_eq!(decode_all(&out).len(), 1);
+    }
+
+    #[test]
+    fn an_ipv6_route_with_only_a_link_local_address_carries_it_alone_in_16_bytes() {
+        let mut out = vec![];
+        let p: IpNet = "fd00:99:1::1/128".parse().unwrap();
+        encode_announcements(
+            &mut out,
+            &unnumbered(),
+            &RouteAttrs::default(),
+            Family::IPV6_UNICAST,
+            [&p],
+        )
+        .unwrap();
+        let mp = [&[0x90, 14, 0, 38, 0, 2, 1, 16][..], &FE80_1, &[0, 128]].concat();
+        assert!(out.windows(mp.len()).any(|w| w == mp), "{out:02x?}");
+    }
+
+    #[test]
+    fn many_ipv4_routes_with_an_ipv6_next_hop_pack_into_full_messages() {
+        let prefixes: Vec<IpNet> = (0..2_000u32)
+            .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
+            .collect();
+        let mut out = vec![];
+        let n = encode_announcements(
+            &mut out,
+            &unnumbered(),
+            &RouteAttrs::default(),
+            Family::IPV4_UNICAST,
+            &prefixes,
+        )
+        .unwrap();
+        let msgs = decode_all(&out);
+        assert_eq!(msgs.len(), n);
+        let total: u32 = msgs
+            .iter()
+            .map(|(m, _)| match m {
+                Message::Update(s) => s.announced,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(total, 2_000);
+        assert!(msgs.iter().all(|(_, len)| *len <= 4096));
     }
 
     fn decode_all(mut b: &[u8]) -> Vec<(Message, usize)> {

@@ -376,6 +376,29 @@ mod tests {
         );
     }
 
+    #[test]
+    fn ipv4_routes_in_mp_reach_with_an_ipv6_next_hop_and_no_next_hop_attribute_are_well_formed() {
+        // What a router sends on an unnumbered session (RFC 8950): ORIGIN, AS_PATH, then
+        // MP_REACH AFI 1 SAFI 1 with a 32-byte (global + link-local) or a 16-byte next hop.
+        for nh_len in [32u8, 16] {
+            let mut mp = vec![0, 1, 1, nh_len];
+            mp.extend(std::iter::repeat_n(0xfe, usize::from(nh_len)));
+            mp.extend_from_slice(&[0, 24, 10, 255, 1, 32, 10, 255, 2, 1]);
+            let mut attrs = GOOD_ATTRS[..13].to_vec();
+            attrs.extend_from_slice(&[0x90, 14, 0, mp.len() as u8]);
+            attrs.extend_from_slice(&mp);
+            assert_eq!(
+                check_update(&update(&attrs, &[]), AS4),
+                Ok(UpdateSummary {
+                    withdrawn: 0,
+                    announced: 2,
+                    malformed: None,
+                }),
+                "{nh_len}-byte next hop"
+            );
+        }
+    }
+
     // ---- session reset: the NLRI cannot be found, or it is malformed ----
 
     #[test]

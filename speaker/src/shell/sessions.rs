@@ -114,8 +114,13 @@ impl SessionStates {
             let status = BGPSessionStateStatus {
                 node: node.into(),
                 peer: peer.id.0.clone(),
-                peer_address: std::net::SocketAddr::new(peer.peer_address, peer.peer_port)
-                    .to_string(),
+                peer_address: match (&peer.interface, st.neighbour) {
+                    (Some(i), Some(router)) => format!("[{router}%{i}]:{}", peer.peer_port),
+                    (Some(i), None) => format!("{i} (unnumbered)"),
+                    (None, _) => {
+                        std::net::SocketAddr::new(peer.peer_address, peer.peer_port).to_string()
+                    }
+                },
                 bgp_state: format!("{:?}", st.state),
                 bfd_state: st.bfd.map(|b| format!("{b:?}")),
                 established_time: st.established_since.and_then(time),
@@ -350,6 +355,27 @@ mod tests {
         assert_eq!(st.peer_address, "192.0.2.1:179");
         assert_eq!(st.established_time, time(at(0)));
         assert_eq!(st.bfd_state, None);
+    }
+
+    #[test]
+    fn an_unnumbered_session_shows_its_interface_and_then_the_router_found_on_it() {
+        let mut s = SessionStates::default();
+        let tor = PeerConfig::unnumbered("tor", 64512, 64513, "eth1");
+        let mut waiting = PeerStatus::default();
+        waiting.set_error("no router advertisement heard on `eth1` yet".into());
+        let states = BTreeMap::from([(PeerId("tor".into()), waiting)]);
+        let out = s.desired(at(1), "node-a", std::slice::from_ref(&tor), &states, &[]);
+        let st = &out["tor.node-a"];
+        assert_eq!(st.peer_address, "eth1 (unnumbered)");
+        assert_eq!(ready(st), ("False", "NotEstablished"));
+        assert!(st.conditions[0].message.contains("no router advertisement"));
+        let up = PeerStatus {
+            neighbour: Some("fe80::2".parse().unwrap()),
+            ..established()
+        };
+        let states = BTreeMap::from([(PeerId("tor".into()), up)]);
+        let out = s.desired(at(2), "node-a", &[tor], &states, &[]);
+        assert_eq!(out["tor.node-a"].peer_address, "[fe80::2%eth1]:179");
     }
 
     #[test]

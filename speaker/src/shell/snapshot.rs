@@ -166,12 +166,13 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
         (None, Some(DynamicAsn::Internal | DynamicAsn::External)) => spec.my_asn,
         (None, None) => return Err(PeerConfigError::NoPeerAsn { peer: name }),
     };
-    let mut c = PeerConfig::new(
-        &name,
-        spec.my_asn,
-        peer_asn,
-        addr("peerAddress", &spec.peer_address)?,
-    );
+    // The schema allows exactly one of peerAddress and interface; an interface given wins.
+    let peer_address = match &spec.interface {
+        Some(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        None => addr("peerAddress", &spec.peer_address)?,
+    };
+    let mut c = PeerConfig::new(&name, spec.my_asn, peer_asn, peer_address);
+    c.interface = spec.interface.clone();
     c.peer_asn_external = spec.peer_asn.is_none() && spec.dynamic_asn == Some(DynamicAsn::External);
     c.peer_port = spec.peer_port;
     c.source_address = spec
@@ -351,6 +352,20 @@ mod tests {
             "{errors:?}"
         );
         assert!(!errors[0].keeps_the_peer());
+    }
+
+    #[test]
+    fn a_peer_given_by_interface_is_an_unnumbered_peer_on_that_interface() {
+        let unnumbered = peer_with(serde_json::json!({"myASN": 64512, "dynamicASN": "external",
+                                                      "interface": "eth1"}));
+        let (c, errors) = peer_configs(&[unnumbered], &BTreeMap::new(), &[], &[]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(c[0].interface.as_deref(), Some("eth1"));
+        assert_eq!(c[0], {
+            let mut want = PeerConfig::unnumbered("tor", 64512, 64512, "eth1");
+            want.peer_asn_external = true;
+            want
+        });
     }
 
     #[test]
