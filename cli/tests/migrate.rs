@@ -128,7 +128,7 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(
         summary_line(&run),
-        "12 objects converted, 6 fields without an equivalent, 2 objects skipped"
+        "12 objects converted, 4 fields without an equivalent, 2 objects skipped"
     );
     let o = parse_objects(&run.stdout);
     assert_eq!(o.count(), 12);
@@ -321,12 +321,23 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
     assert!(edge.enable_graceful_restart);
     assert!(edge.ebgp_multi_hop);
     assert_eq!(edge.vrf.as_deref(), Some("red"));
+    assert_eq!(edge.local_asn, Some(64600));
+    assert_eq!(
+        (edge.dual_stack_address_family, edge.disable_mp),
+        (None, None),
+        "dualStackAddressFamily: true is FerroLB's default; disableMP is not carried"
+    );
 
     // BGPPeer v1beta2 with dynamicASN and only a keepalive.
     let dynamic = &o.peers["dynamic-peer"].spec;
     assert_eq!(dynamic.peer_asn, None);
     assert_eq!(dynamic.dynamic_asn, Some(DynamicAsn::External));
     assert_eq!(dynamic.peer_address, "2001:db8::1");
+    assert_eq!(
+        dynamic.dual_stack_address_family,
+        Some(false),
+        "MetalLB's default, one family, written out"
+    );
     assert_eq!(
         dynamic.hold_time, "60s",
         "three times the keepalive, as MetalLB"
@@ -366,6 +377,10 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
         "no address: serialised without one"
     );
     assert_eq!(unnumbered.dynamic_asn, Some(DynamicAsn::Internal));
+    assert_eq!(
+        unnumbered.dual_stack_address_family, None,
+        "an unnumbered session carries both families in MetalLB too"
+    );
 }
 
 #[test]
@@ -403,14 +418,12 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
         ),
         ("BGPAdvertisement", "aggregated", "spec.asPathPrepend"),
         ("BGPAdvertisement", "selected", "spec.serviceSelectors"),
-        ("BGPPeer", "edge-router", "spec.localASN"),
-        ("BGPPeer", "edge-router", "spec.disableMP"),
     ]
     .into_iter()
     .map(|(k, n, p)| (k.into(), n.into(), p.into()))
     .collect();
     assert_eq!(unsupported, expected);
-    assert_eq!(of("unsupportedField").len(), 6, "each exactly once");
+    assert_eq!(of("unsupportedField").len(), 4, "each exactly once");
     assert_eq!(
         of("unknownField"),
         Vec::<&Value>::new(),
@@ -447,7 +460,7 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
     );
 
     assert_eq!(json["summary"]["converted"], 12);
-    assert_eq!(json["summary"]["fieldsWithoutEquivalent"], 6);
+    assert_eq!(json["summary"]["fieldsWithoutEquivalent"], 4);
     assert_eq!(json["summary"]["skipped"], 2);
     assert_eq!(json["exitStatus"], 0);
 
@@ -471,7 +484,7 @@ fn the_full_fixture_exits_0_and_3_with_strict() {
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(
         summary_line(&run),
-        "12 objects converted, 6 fields without an equivalent, 2 objects skipped"
+        "12 objects converted, 4 fields without an equivalent, 2 objects skipped"
     );
     assert_eq!(parse_objects(&run.stdout).count(), 12);
 

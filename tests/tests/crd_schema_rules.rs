@@ -610,3 +610,97 @@ async fn bfd_profile_timers_stay_within_metallbs_ranges() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_peer_local_asn_is_a_four_octet_as_number() {
+    let (c, ns) = cluster().await;
+    let r = create(
+        &c,
+        &ns,
+        "bgppeers",
+        "BGPPeer",
+        "local",
+        peer(json!({"localASN": 4200000000u32})),
+    )
+    .await;
+    accepted(&r);
+    assert_eq!(r.body["spec"]["localASN"], json!(4200000000u32));
+    let mut dynamic = peer(json!({"localASN": 64600, "dynamicASN": "internal"}));
+    dynamic.as_object_mut().unwrap().remove("peerASN");
+    accepted(&create(&c, &ns, "bgppeers", "BGPPeer", "local-dynamic", dynamic).await);
+    for (name, asn) in [("zero", json!(0)), ("big", json!(4294967296u64))] {
+        refused(
+            &create(
+                &c,
+                &ns,
+                "bgppeers",
+                "BGPPeer",
+                name,
+                peer(json!({"localASN": asn})),
+            )
+            .await,
+            "spec.localASN",
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_peer_carries_both_families_unless_told_otherwise_and_disable_mp_cannot_contradict_dual_stack()
+ {
+    let (c, ns) = cluster().await;
+    let r = create(&c, &ns, "bgppeers", "BGPPeer", "default", peer(json!({}))).await;
+    accepted(&r);
+    assert!(
+        r.body["spec"].get("dualStackAddressFamily").is_none()
+            && r.body["spec"].get("disableMP").is_none(),
+        "no default is written: {}",
+        r.body["spec"]
+    );
+    for (name, extra) in [
+        ("single", json!({"dualStackAddressFamily": false})),
+        ("dual", json!({"dualStackAddressFamily": true})),
+        ("no-mp", json!({"disableMP": true})),
+        (
+            "no-mp-single",
+            json!({"disableMP": true, "dualStackAddressFamily": false}),
+        ),
+        (
+            "mp-dual",
+            json!({"disableMP": false, "dualStackAddressFamily": true}),
+        ),
+        (
+            "mp-single",
+            json!({"disableMP": false, "dualStackAddressFamily": false}),
+        ),
+        (
+            "null-mp",
+            json!({"disableMP": null, "dualStackAddressFamily": true}),
+        ),
+    ] {
+        accepted(&create(&c, &ns, "bgppeers", "BGPPeer", name, peer(extra)).await);
+    }
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "contradiction",
+            peer(json!({"disableMP": true, "dualStackAddressFamily": true})),
+        )
+        .await,
+        "disableMP: true (one family) contradicts dualStackAddressFamily: true",
+    );
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "not-bool",
+            peer(json!({"dualStackAddressFamily": "yes"})),
+        )
+        .await,
+        "spec.dualStackAddressFamily",
+    );
+}

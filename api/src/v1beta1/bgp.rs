@@ -41,6 +41,9 @@ const KEEPALIVE_RULE: &str = concat!(
     " || duration(self.keepaliveTime) <= duration(self.holdTime)"
 );
 
+/// `disableMP: true` asks for one family, `dualStackAddressFamily: true` for both: not together.
+const DUAL_STACK_RULE: &str = "!(has(self.disableMP) && self.disableMP && has(self.dualStackAddressFamily) && self.dualStackAddressFamily)";
+
 /// Announces the addresses of the selected pools to BGP peers.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -141,6 +144,12 @@ pub struct SecretRef {
     printcolumn(name = "Interface", type_ = "string", json_path = ".spec.interface"),
     printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.peerASN"),
     printcolumn(name = "My ASN", type_ = "integer", json_path = ".spec.myASN"),
+    printcolumn(
+        name = "Local ASN",
+        type_ = "integer",
+        json_path = ".spec.localASN",
+        priority = 1
+    ),
     printcolumn(name = "Hold Time", type_ = "string", json_path = ".spec.holdTime"),
     printcolumn(
         name = "Ready",
@@ -167,25 +176,38 @@ pub struct SecretRef {
     .message("sourceAddress cannot be set with interface: an unnumbered session runs from the node's IPv6 link-local address on that interface").field_path(".sourceAddress"))]
 #[x_kube(validation = Rule::new("!has(self.sourceAddress) || !has(self.peerAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()")
     .message("sourceAddress and peerAddress must be of the same IP family").field_path(".sourceAddress"))]
+#[x_kube(validation = Rule::new(DUAL_STACK_RULE)
+    .message("disableMP: true (one family) contradicts dualStackAddressFamily: true (both families); drop disableMP, which is deprecated")
+    .field_path(".disableMP"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPPeerSpec {
     /// The speaker's AS number.
     #[serde(rename = "myASN")]
     #[schemars(range(min = 1, max = 4294967295u32))]
     pub my_asn: u32,
-    /// The router's AS number (equal to `myASN` for iBGP). Exactly one of this and
-    /// `dynamicASN` is set.
+    /// The router's AS number (for iBGP, the AS presented: `localASN`, or else `myASN`).
+    /// Exactly one of this and `dynamicASN` is set.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "peerASN")]
     #[schemars(range(min = 1, max = 4294967295u32))]
     pub peer_asn: Option<u32>,
     /// The router's AS number found from its OPEN instead of configured (MetalLB's field):
-    /// `internal` is `myASN` (iBGP), `external` any other (eBGP).
+    /// `internal` is the AS this session presents (`localASN` when set, else `myASN`: iBGP),
+    /// `external` any other (eBGP).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         rename = "dynamicASN"
     )]
     pub dynamic_asn: Option<DynamicAsn>,
+    /// The AS number this session presents to the router instead of `myASN` (FRR's `neighbor
+    /// local-as ASN no-prepend replace-as`, MetalLB's field): the OPEN carries it, the AS_PATH
+    /// of our routes is this AS alone (`myASN` is neither sent nor prepended), and the session
+    /// is iBGP when the router's AS equals it. With `dynamicASN`, `internal` means the router is
+    /// in this AS and `external` that it is in any other. Unset, or equal to `myASN`: the
+    /// session presents `myASN`. MetalLB honours this field with its FRR backends only.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "localASN")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub local_asn: Option<u32>,
     /// The router's address. Exactly one of this and `interface` is set; empty here means
     /// unset (as in MetalLB's type), so an unnumbered peer serialises without it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -255,6 +277,22 @@ pub struct BGPPeerSpec {
     /// Advertise graceful restart (RFC 4724) so routers keep our routes while a speaker restarts.
     #[serde(default)]
     pub enable_graceful_restart: bool,
+    /// Carry both IPv4 and IPv6 unicast over this one session (multiprotocol BGP, RFC 4760):
+    /// offered in the OPEN, and each family the router accepts is announced. `false`: only the
+    /// family of `peerAddress` is offered and announced (the other family's Services need a
+    /// session of their own). Unset means `true` unless `disableMP` is `true`. This is
+    /// FerroLB's default since its first release; MetalLB's default is the single family.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "dualStackAddressFamily"
+    )]
+    pub dual_stack_address_family: Option<bool>,
+    /// Deprecated (MetalLB's older spelling): `true` is `dualStackAddressFamily: false`, the
+    /// session carries only the family of `peerAddress`. Setting it together with
+    /// `dualStackAddressFamily: true` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "disableMP")]
+    pub disable_mp: Option<bool>,
     /// Name of a `BFDProfile` in the install namespace: the speakers run BFD with the peer and
     /// take the session down as soon as BFD says the peer is gone (instead of after the hold
     /// time). A profile that does not exist leaves the session without BFD, and the speakers
@@ -263,13 +301,27 @@ pub struct BGPPeerSpec {
     pub bfd_profile: Option<String>,
 }
 
+impl BGPPeerSpec {
+    /// The AS number the session presents to the router: `localASN` when set, else `myASN`.
+    pub fn local_as(&self) -> u32 {
+        self.local_asn.unwrap_or(self.my_asn)
+    }
+
+    /// Whether the session carries both address families (`dualStackAddressFamily`, which
+    /// defaults to `true` unless the deprecated `disableMP` is `true`).
+    pub fn dual_stack(&self) -> bool {
+        self.dual_stack_address_family
+            .unwrap_or(self.disable_mp != Some(true))
+    }
+}
+
 /// `BGPPeer.spec.dynamicASN`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DynamicAsn {
-    /// The peer is in our AS (iBGP).
+    /// The peer is in the AS we present to it (`localASN`, else `myASN`): iBGP.
     Internal,
-    /// The peer is in any other AS (eBGP).
+    /// The peer is in any other AS: eBGP.
     External,
 }
 

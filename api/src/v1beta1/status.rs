@@ -131,6 +131,18 @@ pub struct ServiceBGPStatusStatus {
     printcolumn(name = "IPv4", type_ = "integer", json_path = ".status.ipv4Prefixes"),
     printcolumn(name = "IPv6", type_ = "integer", json_path = ".status.ipv6Prefixes"),
     printcolumn(
+        name = "Local ASN",
+        type_ = "integer",
+        json_path = ".status.localASN",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Peer ASN",
+        type_ = "integer",
+        json_path = ".status.peerASN",
+        priority = 1
+    ),
+    printcolumn(
         name = "Last Error",
         type_ = "string",
         json_path = ".status.lastError",
@@ -173,6 +185,14 @@ pub struct BGPSessionStateStatus {
     /// IPv6 prefixes the peer holds from this node.
     #[serde(default)]
     pub ipv6_prefixes: i64,
+    /// The AS number the session presents to the peer: the `BGPPeer`'s `localASN` when set,
+    /// else its `myASN`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "localASN")]
+    pub local_asn: Option<i64>,
+    /// The peer's AS number: from its OPEN once received (what `dynamicASN` found), else the
+    /// configured `peerASN`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "peerASN")]
+    pub peer_asn: Option<i64>,
     /// The hold time agreed at OPEN, such as `90s` (absent before the OPENs are exchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_time: Option<String>,

@@ -233,15 +233,20 @@ pub fn bgp_peer_v1beta2(spec: &mut Fields<'_>, ctx: &PeerContext<'_>) -> PeerOut
             });
             Some(name)
         });
-    // `dualStackAddressFamily: true` (both families over the one session) is what a FerroLB
-    // session always does, so it is no finding. `false`, MetalLB's default (a session carries
-    // its peer address's family only), is the one difference: FerroLB offers both families
-    // anyway and the router takes what it is configured for (the README says so).
-    let _ = spec.bool("dualStackAddressFamily");
+    // MetalLB's session carries only its peer address's family unless `dualStackAddressFamily`
+    // is true (an unnumbered one always carries both); FerroLB's default is both, so the
+    // single-family default is written out. `disableMP` is MetalLB's deprecated spelling of
+    // that default and asks for nothing more.
+    let dual_stack = spec.bool("dualStackAddressFamily").unwrap_or(false);
+    let _ = spec.bool("disableMP");
+    let dual_stack_address_family = (!dual_stack && interface.is_none()).then_some(false);
+    // MetalLB's 0 is unset.
+    let local_asn = spec.int_as::<u32>("localASN", "uint32").filter(|a| *a != 0);
     let out = BGPPeerSpec {
         my_asn,
         peer_asn,
         dynamic_asn,
+        local_asn,
         peer_address,
         interface,
         peer_port,
@@ -258,6 +263,8 @@ pub fn bgp_peer_v1beta2(spec: &mut Fields<'_>, ctx: &PeerContext<'_>) -> PeerOut
         bfd_profile: spec.non_empty_string("bfdProfile"),
         // MetalLB's `""` is the default VRF, which is FerroLB's unset.
         vrf: spec.non_empty_string("vrf"),
+        dual_stack_address_family,
+        disable_mp: None,
     };
     spec.unsupported(Kind::BGPPeer);
     PeerOut {
@@ -293,6 +300,7 @@ pub fn bgp_peer_v1beta1(spec: &mut Fields<'_>) -> PeerOut {
         my_asn,
         peer_asn,
         dynamic_asn: None,
+        local_asn: None,
         peer_address,
         interface: None,
         peer_port,
@@ -308,6 +316,9 @@ pub fn bgp_peer_v1beta1(spec: &mut Fields<'_>) -> PeerOut {
         enable_graceful_restart: false,
         bfd_profile: spec.non_empty_string("bfdProfile"),
         vrf: None,
+        // A v1beta1 peer carries its own family only, as MetalLB's default does.
+        dual_stack_address_family: Some(false),
+        disable_mp: None,
     };
     PeerOut {
         spec: out,

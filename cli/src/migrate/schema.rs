@@ -58,12 +58,14 @@ pub const MSG_INTERFACE: &str = "interface is a Linux interface name: 1 to 15 ch
 /// FerroLB's message for `peerAddress` and `interface`.
 pub const MSG_ADDRESS_OR_INTERFACE: &str =
     "set peerAddress, or interface (BGP unnumbered), exactly one of them";
+/// FerroLB's message for `disableMP` against `dualStackAddressFamily`.
+pub const MSG_DUAL_STACK: &str = "disableMP: true (one family) contradicts dualStackAddressFamily: true (both families); drop disableMP, which is deprecated";
 /// FerroLB's message for `sourceAddress` with `interface`.
 pub const MSG_SOURCE_WITH_INTERFACE: &str = "sourceAddress cannot be set with interface: an unnumbered session runs from the node's IPv6 link-local address on that interface";
 
 /// Every CEL rule message of the six configuration CRDs that this module restates.
 #[cfg(test)]
-const RESTATED_RULES: [&str; 17] = [
+const RESTATED_RULES: [&str; 18] = [
     // `spec.addresses`: restated by `parse_pool`, which is stricter (IPv6 order, overlaps).
     "each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end",
     MSG_COMMUNITY_RANGE,
@@ -82,6 +84,7 @@ const RESTATED_RULES: [&str; 17] = [
     MSG_INTERFACE,
     MSG_ADDRESS_OR_INTERFACE,
     MSG_SOURCE_WITH_INTERFACE,
+    MSG_DUAL_STACK,
 ];
 
 /// The pattern of a `Community` alias's name in FerroLB's CRD.
@@ -422,6 +425,11 @@ fn peer_rules(spec: &BGPPeerSpec, out: &mut Vec<Problem>) {
     if spec.password.is_some() && spec.password_secret.is_some() {
         out.push(Problem::Rule {
             message: MSG_PASSWORD.into(),
+        });
+    }
+    if spec.disable_mp == Some(true) && spec.dual_stack_address_family == Some(true) {
+        out.push(Problem::Rule {
+            message: MSG_DUAL_STACK.into(),
         });
     }
     if let Some(vrf) = &spec.vrf

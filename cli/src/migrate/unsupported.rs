@@ -50,19 +50,6 @@ pub const UNSUPPORTED: &[Unsupported] = &[
         reason: "FerroLB's BGP speaker does not prepend its AS to the AS_PATH; lengthen the \
                  path on the router (a route-map) if traffic engineering needs it",
     },
-    Unsupported {
-        kind: Kind::BGPPeer,
-        path: "spec.localASN",
-        reason: "FerroLB has no local-as override: the session's OPEN carries myASN; set \
-                 myASN to the AS the router expects",
-    },
-    Unsupported {
-        kind: Kind::BGPPeer,
-        path: "spec.disableMP",
-        reason: "FerroLB offers IPv4 and IPv6 unicast on every session (RFC 4760) and \
-                 announces each family the router accepts; it cannot split the families into \
-                 sessions of their own: refuse the other family on the router instead",
-    },
 ];
 
 /// The table's row for `path` in `kind`, if any.

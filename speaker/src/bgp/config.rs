@@ -13,6 +13,8 @@ use ferrolb_api::validate::CommunityValue;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::wire::Family;
+
 /// Names a peer session on this node (the `BGPPeer` object's name).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PeerId(pub String);
@@ -28,8 +30,12 @@ impl fmt::Display for PeerId {
 pub struct PeerConfig {
     /// The session's name (stable across configuration changes).
     pub id: PeerId,
-    /// Our AS number.
+    /// Our AS number (the node's, `myASN`).
     pub my_asn: u32,
+    /// The AS number this session presents instead of `my_asn` (`localASN`; FRR's `local-as
+    /// ASN no-prepend replace-as`): see [`PeerConfig::local_as`].
+    #[serde(default)]
+    pub local_asn: Option<u32>,
     /// The AS number the peer must announce in its OPEN (unless `peer_asn_external`).
     pub peer_asn: u32,
     /// Accept any AS number other than ours (`dynamicASN: external`): the session is eBGP with
@@ -43,6 +49,10 @@ pub struct PeerConfig {
     /// address from ours, offer RFC 8950 extended next hops and announce link-local next hops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
+    /// Offer and announce both IPv4 and IPv6 unicast (`dualStackAddressFamily`, the default);
+    /// `false`: only the family of `peer_address` (see [`PeerConfig::families`]).
+    #[serde(default = "both_families")]
+    pub dual_stack: bool,
     /// TCP port of the peer (179 by default).
     pub peer_port: u16,
     /// Local address to bind before connecting; the kernel chooses when absent.
@@ -129,16 +139,23 @@ pub const MAX_CONNECT_RETRY: Duration = Duration::from_secs(120);
 /// How long routers keep our routes after the session drops when graceful restart is on.
 pub const GRACEFUL_RESTART_TIME: Duration = Duration::from_secs(120);
 
+fn both_families() -> bool {
+    true
+}
+
 impl PeerConfig {
-    /// A peer with the defaults of the `BGPPeer` API: port 179, hold time 90 s, no password.
+    /// A peer with the defaults of the `BGPPeer` API: port 179, hold time 90 s, no password,
+    /// both address families.
     pub fn new(id: &str, my_asn: u32, peer_asn: u32, peer_address: IpAddr) -> Self {
         PeerConfig {
             id: PeerId(id.to_owned()),
             my_asn,
+            local_asn: None,
             peer_asn,
             peer_asn_external: false,
             peer_address,
             interface: None,
+            dual_stack: true,
             peer_port: 179,
             source_address: None,
             router_id: None,
@@ -163,9 +180,31 @@ impl PeerConfig {
         }
     }
 
-    /// Whether the peer is in our AS.
+    /// The AS number in force towards this peer: `local_asn` when set, else `my_asn`. The OPEN
+    /// carries it, the AS_PATH of our routes holds it alone, and iBGP means the peer is in it.
+    pub fn local_as(&self) -> u32 {
+        self.local_asn.unwrap_or(self.my_asn)
+    }
+
+    /// Whether the peer is in the AS we present to it ([`PeerConfig::local_as`]).
     pub fn is_ibgp(&self) -> bool {
-        !self.peer_asn_external && self.my_asn == self.peer_asn
+        !self.peer_asn_external && self.local_as() == self.peer_asn
+    }
+
+    /// The address families the session offers (multiprotocol capability, RFC 4760) and
+    /// announces: IPv4 and IPv6 unicast, or with `dual_stack` off only the family of the
+    /// peer's address. An unnumbered session has no address family of its own and always
+    /// carries both (IPv4 over its IPv6 link-local next hop, RFC 8950), as in MetalLB.
+    pub fn families(&self) -> &'static [Family] {
+        const BOTH: [Family; 2] = [Family::IPV4_UNICAST, Family::IPV6_UNICAST];
+        match (
+            self.dual_stack || self.interface.is_some(),
+            self.peer_address,
+        ) {
+            (true, _) => &BOTH,
+            (false, IpAddr::V4(_)) => &BOTH[..1],
+            (false, IpAddr::V6(_)) => &BOTH[1..],
+        }
     }
 
     /// The IP TTL of the session: 255 for iBGP and multi-hop eBGP, 1 for directly connected eBGP.
@@ -325,6 +364,47 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.local_pref, Some(200));
         assert_eq!(a.communities, [Community(1), Community(2)].into());
+    }
+
+    #[test]
+    fn a_local_asn_is_the_as_in_force_and_decides_ibgp() {
+        let mut p = PeerConfig::new("r", 64512, 64600, "10.99.0.2".parse().unwrap());
+        assert_eq!(p.local_as(), 64512);
+        assert!(!p.is_ibgp());
+        p.local_asn = Some(64600);
+        assert_eq!(p.local_as(), 64600);
+        assert!(p.is_ibgp(), "the peer is in the AS we present");
+        assert_eq!(p.ttl(), 255);
+        p.peer_asn = 64512;
+        assert!(!p.is_ibgp(), "myASN no longer counts");
+    }
+
+    #[test]
+    fn a_session_carries_both_families_unless_limited_to_its_own() {
+        let mut v4 = PeerConfig::new("r", 64512, 64513, "10.99.0.2".parse().unwrap());
+        assert_eq!(v4.families(), [Family::IPV4_UNICAST, Family::IPV6_UNICAST]);
+        v4.dual_stack = false;
+        assert_eq!(v4.families(), [Family::IPV4_UNICAST]);
+        let mut v6 = PeerConfig::new("r", 64512, 64513, "fd00:99::2".parse().unwrap());
+        v6.dual_stack = false;
+        assert_eq!(v6.families(), [Family::IPV6_UNICAST]);
+    }
+
+    #[test]
+    fn a_peer_config_without_the_new_fields_deserialises_with_both_families_and_no_local_asn() {
+        let mut json = serde_json::to_value(PeerConfig::new(
+            "r",
+            64512,
+            64513,
+            "10.99.0.2".parse().unwrap(),
+        ))
+        .unwrap();
+        let obj = json.as_object_mut().unwrap();
+        obj.remove("dual_stack");
+        obj.remove("local_asn");
+        let p: PeerConfig = serde_json::from_value(json).unwrap();
+        assert!(p.dual_stack);
+        assert_eq!(p.local_asn, None);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::open::{AS_TRANS, Capability, Open};
 use super::rib::{Routes, desired_routes, diff, group_family};
 use super::update::{
     EncodeError, EncodeParams, encode_announcements, encode_end_of_rib, encode_withdrawals,
+    family_of,
 };
 use super::wire::{
     DecodeContext, Family, Message, decode_message, encode_keepalive, encode_notification,
@@ -154,6 +155,9 @@ pub enum Event {
 pub enum NotAnnounced {
     /// The peer did not negotiate the prefix's address family.
     FamilyNotNegotiated,
+    /// The session is configured for the other family only (`dualStackAddressFamily: false`
+    /// or `disableMP: true`).
+    FamilyNotConfigured,
     /// See [`EncodeError`].
     Encode(EncodeError),
 }
@@ -176,6 +180,8 @@ pub struct Negotiated {
     pub ipv4_over_ipv6: bool,
     /// The peer's BGP identifier.
     pub peer_id: Ipv4Addr,
+    /// The peer's AS number, from its OPEN (what `dynamicASN` found).
+    pub peer_as: u32,
 }
 
 /// One BGP session.
@@ -404,7 +410,7 @@ impl Session {
     }
 
     fn our_open(&self, local: SocketAddr) -> Open {
-        let families = [Family::IPV4_UNICAST, Family::IPV6_UNICAST];
+        let families = self.config.families();
         let mut capabilities: Vec<Capability> = families
             .iter()
             .map(|f| Capability::Multiprotocol(*f))
@@ -422,9 +428,11 @@ impl Session {
                 families: families.iter().map(|f| (*f, true)).collect(),
             });
         }
-        capabilities.push(Capability::FourOctetAs(self.config.my_asn));
+        // The AS in force: `localASN` replaces `myASN` towards this peer.
+        let local_as = self.config.local_as();
+        capabilities.push(Capability::FourOctetAs(local_as));
         Open {
-            my_as: u16::try_from(self.config.my_asn).unwrap_or(AS_TRANS),
+            my_as: u16::try_from(local_as).unwrap_or(AS_TRANS),
             hold_time: self.config.hold_time.as_secs().min(u64::from(u16::MAX)) as u16,
             bgp_id: self.router_id(local),
             capabilities,
@@ -554,7 +562,8 @@ impl Session {
     fn accept_open(&self, open: &Open) -> Result<Negotiated, SessionError> {
         let peer_as = open.asn();
         if self.config.peer_asn_external {
-            if peer_as == self.config.my_asn {
+            // "External" is relative to the AS we present (`localASN` when set).
+            if peer_as == self.config.local_as() {
                 return Err(SessionError::PeerAsNotExternal { received: peer_as });
             }
         } else if peer_as != self.config.peer_asn {
@@ -580,8 +589,11 @@ impl Session {
             _ => hold_time / 3,
         };
         let theirs = open.families();
-        let families = [Family::IPV4_UNICAST, Family::IPV6_UNICAST]
-            .into_iter()
+        let families = self
+            .config
+            .families()
+            .iter()
+            .copied()
             .filter(|f| theirs.contains(f))
             .collect();
         Ok(Negotiated {
@@ -594,6 +606,7 @@ impl Session {
             peer_id: open.bgp_id,
             ipv4_over_ipv6: self.config.interface.is_some()
                 && open.extended_next_hop(Family::IPV4_UNICAST, 2),
+            peer_as,
         })
     }
 
@@ -645,7 +658,7 @@ impl Session {
             _ => None,
         };
         EncodeParams {
-            my_asn: self.config.my_asn,
+            my_asn: self.config.local_as(),
             ibgp: self.config.is_ibgp(),
             four_octet_as: self.negotiated.as_ref().is_some_and(|n| n.four_octet_as),
             next_hop_v4,
@@ -705,11 +718,19 @@ impl Session {
                 withdrawn,
             }));
         }
-        if !changes.unsupported.is_empty() {
-            out.push(Output::Event(Event::NotAnnounced {
-                prefixes: changes.unsupported,
-                reason: NotAnnounced::FamilyNotNegotiated,
-            }));
+        // A family the configuration leaves out is a choice; one the peer refused is not.
+        let configured = self.config.families();
+        let (not_negotiated, not_configured): (Vec<IpNet>, Vec<IpNet>) = changes
+            .unsupported
+            .into_iter()
+            .partition(|p| configured.contains(&family_of(p)));
+        for (prefixes, reason) in [
+            (not_negotiated, NotAnnounced::FamilyNotNegotiated),
+            (not_configured, NotAnnounced::FamilyNotConfigured),
+        ] {
+            if !prefixes.is_empty() {
+                out.push(Output::Event(Event::NotAnnounced { prefixes, reason }));
+            }
         }
         for (e, prefixes) in failed {
             out.push(Output::Event(Event::NotAnnounced {

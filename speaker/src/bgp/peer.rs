@@ -83,6 +83,8 @@ pub struct PeerStatus {
     pub hold_time: Option<Duration>,
     /// The keepalive interval in force.
     pub keepalive: Option<Duration>,
+    /// The peer's AS number from its OPEN (`None` before the OPENs are exchanged).
+    pub peer_as: Option<u32>,
     /// What both sides agreed at OPEN (`ipv4-unicast`, `ipv6-unicast`, `4-octet-as`,
     /// `graceful-restart`).
     pub capabilities: Vec<&'static str>,
@@ -122,6 +124,7 @@ impl Default for PeerStatus {
             announced_v6: 0,
             hold_time: None,
             keepalive: None,
+            peer_as: None,
             capabilities: Vec::new(),
             bfd: None,
             bfd_downs: 0,
@@ -582,6 +585,7 @@ impl PeerTask {
                 let n = session.negotiated();
                 s.hold_time = n.map(|n| n.hold_time);
                 s.keepalive = n.map(|n| n.keepalive);
+                s.peer_as = n.map(|n| n.peer_as);
                 s.capabilities = n.map(negotiated_capabilities).unwrap_or_default();
             }
             s.state = state;
@@ -700,6 +704,13 @@ impl PeerTask {
                     *s.malformed_updates.entry(handling).or_default() += 1;
                     s.last_malformed = Some(format!("{handling}: {}", m.error));
                 });
+            }
+            Event::NotAnnounced {
+                prefixes,
+                reason: reason @ super::fsm::NotAnnounced::FamilyNotConfigured,
+            } => {
+                // The configuration chose one family for this session: not a fault.
+                tracing::debug!(%peer, count = prefixes.len(), first = ?prefixes.first(), ?reason, "prefixes of the other family not announced on this single-family session");
             }
             Event::NotAnnounced { prefixes, reason } => {
                 tracing::warn!(%peer, count = prefixes.len(), first = ?prefixes.first(), ?reason, "prefixes not announced");

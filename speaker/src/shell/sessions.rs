@@ -127,6 +127,11 @@ impl SessionStates {
                 established_count: i64::try_from(st.established_count).unwrap_or(i64::MAX),
                 ipv4_prefixes: st.announced_v4 as i64,
                 ipv6_prefixes: st.announced_v6 as i64,
+                local_asn: Some(i64::from(peer.local_as())),
+                peer_asn: st
+                    .peer_as
+                    .or((!peer.peer_asn_external).then_some(peer.peer_asn))
+                    .map(i64::from),
                 hold_time: st.hold_time.map(|d| format!("{}s", d.as_secs())),
                 keepalive_time: st.keepalive.map(|d| format!("{}s", d.as_secs())),
                 capabilities: st.capabilities.iter().map(|c| c.to_string()).collect(),

@@ -160,10 +160,11 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
         })
     };
     use ferrolb_api::v1beta1::DynamicAsn;
-    // The schema allows exactly one of the two; a peer AS given wins.
+    // The schema allows exactly one of the two; a peer AS given wins. `internal` is the AS
+    // the session presents (`localASN` when set).
     let peer_asn = match (spec.peer_asn, spec.dynamic_asn) {
         (Some(asn), _) => asn,
-        (None, Some(DynamicAsn::Internal | DynamicAsn::External)) => spec.my_asn,
+        (None, Some(DynamicAsn::Internal | DynamicAsn::External)) => spec.local_as(),
         (None, None) => return Err(PeerConfigError::NoPeerAsn { peer: name }),
     };
     // The schema allows exactly one of peerAddress and interface; an interface given wins.
@@ -174,6 +175,8 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
     let mut c = PeerConfig::new(&name, spec.my_asn, peer_asn, peer_address);
     c.interface = spec.interface.clone();
     c.peer_asn_external = spec.peer_asn.is_none() && spec.dynamic_asn == Some(DynamicAsn::External);
+    c.local_asn = spec.local_asn.filter(|a| *a != spec.my_asn);
+    c.dual_stack = spec.dual_stack();
     c.peer_port = spec.peer_port;
     c.source_address = spec
         .source_address
@@ -366,6 +369,58 @@ mod tests {
             want.peer_asn_external = true;
             want
         });
+    }
+
+    #[test]
+    fn a_local_asn_is_the_as_presented_and_dynamic_internal_means_that_as() {
+        let labels = BTreeMap::new();
+        let fixed = peer_with(serde_json::json!({"myASN": 64512, "localASN": 64600,
+                                                 "peerASN": 64513, "peerAddress": "10.0.0.1"}));
+        let (c, errors) = peer_configs(&[fixed], &labels, &[], &[]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!((c[0].my_asn, c[0].local_asn), (64512, Some(64600)));
+        assert_eq!(c[0].local_as(), 64600);
+        let internal = peer_with(serde_json::json!({"myASN": 64512, "localASN": 64600,
+                                                    "dynamicASN": "internal",
+                                                    "peerAddress": "10.0.0.1"}));
+        let (c, _) = peer_configs(&[internal], &labels, &[], &[]);
+        assert_eq!((c[0].peer_asn, c[0].peer_asn_external), (64600, false));
+        assert!(c[0].is_ibgp());
+        let same = peer_with(serde_json::json!({"myASN": 64512, "localASN": 64512,
+                                                "peerASN": 64513, "peerAddress": "10.0.0.1"}));
+        let (c, _) = peer_configs(&[same], &labels, &[], &[]);
+        assert_eq!(
+            c[0].local_asn, None,
+            "localASN equal to myASN changes nothing"
+        );
+    }
+
+    #[test]
+    fn families_follow_dual_stack_address_family_then_disable_mp_and_default_to_both() {
+        let labels = BTreeMap::new();
+        for (extra, dual) in [
+            (serde_json::json!({}), true),
+            (serde_json::json!({"dualStackAddressFamily": true}), true),
+            (serde_json::json!({"dualStackAddressFamily": false}), false),
+            (serde_json::json!({"disableMP": true}), false),
+            (serde_json::json!({"disableMP": false}), true),
+            (
+                serde_json::json!({"disableMP": false, "dualStackAddressFamily": false}),
+                false,
+            ),
+            (
+                serde_json::json!({"disableMP": true, "dualStackAddressFamily": false}),
+                false,
+            ),
+        ] {
+            let mut spec = serde_json::json!({"myASN": 64512, "peerASN": 64513,
+                                               "peerAddress": "10.0.0.1"});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let (c, _) = peer_configs(&[peer_with(spec)], &labels, &[], &[]);
+            assert_eq!(c[0].dual_stack, dual, "{extra}");
+        }
     }
 
     #[test]

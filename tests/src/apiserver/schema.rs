@@ -122,9 +122,14 @@ pub fn admit(
         {
             p.remove("metadata");
         }
-        if let Err(cel_errs) =
-            Validator::new().validate_with_context(&cel_schema, obj, old, Some(&root))
-        {
+        // The real server's CEL sees a field set to null as absent (`has()` is false).
+        let (seen, seen_old) = (without_nulls(obj), old.map(without_nulls));
+        if let Err(cel_errs) = Validator::new().validate_with_context(
+            &cel_schema,
+            &seen,
+            seen_old.as_ref(),
+            Some(&root),
+        ) {
             for e in cel_errs.into_vec() {
                 let reason = e
                     .reason
@@ -575,5 +580,19 @@ fn list_types(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>, root
             }
         }
         _ => {}
+    }
+}
+
+/// `v` with every object member whose value is null left out, at any depth: what CEL rules see.
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
     }
 }
