@@ -776,6 +776,7 @@ impl Cluster {
             live_speakers: live,
             this_node: self.scope.this_node.clone(),
             unable,
+            hold_down: Default::default(),
         }
     }
 }

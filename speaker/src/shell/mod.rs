@@ -4,6 +4,7 @@
 //! ```text
 //!  Cluster (watch events) ─► take_changes ─┬─► L2Tracker ─► Responder::set_owned ─► ARP/NDP
 //!  gossip live set, unable addresses ──────┤
+//!  Arrivals (live since: hold-down) ───────┤
 //!                                          └─► BgpTracker ─► BgpSpeaker::set_advertisements
 //!                  Speaker::sync ──► StatusQueue (status task), EventQueue (Event task), metrics
 //! ```
@@ -29,6 +30,7 @@ use tracing::{debug, info, warn};
 use crate::bgp::config::{Advertisement, PeerConfig, PeerId};
 use crate::bgp::{BgpSpeaker, State};
 use crate::cluster::{Changes, Cluster};
+use crate::l2::arrivals::Arrivals;
 use crate::l2::iface::{self, InterfaceInfo};
 use crate::l2::responder::Responder;
 use crate::planner::ServiceKey;
@@ -53,6 +55,9 @@ pub struct Settings {
     /// How long ARP/NDP answers go on for the addresses this node gives up when it leaves:
     /// on SIGTERM ([`Speaker::shutdown`]) and when its Node gets the exclusion label.
     pub l2_handover: std::time::Duration,
+    /// How long a node that joins the live set must stay live before its
+    /// `preferredNodeSelectors` count ([`crate::l2::arrivals::DEFAULT_HOLD_DOWN`]).
+    pub l2_preference_hold_down: std::time::Duration,
 }
 
 /// What one [`Speaker::sync`] did, for logs and tests.
@@ -106,6 +111,8 @@ pub struct Speaker {
     /// Addresses given up because this node was excluded, still answered until the instant
     /// (the others take them over and announce them meanwhile, as on SIGTERM).
     handing_over: BTreeMap<IpAddr, std::time::Instant>,
+    /// When live speakers joined, for the preference hold-down.
+    arrivals: Arrivals,
 }
 
 impl Speaker {
@@ -118,6 +125,7 @@ impl Speaker {
         events: Arc<EventQueue>,
     ) -> Self {
         let responder = settings.enable_l2.then(Responder::new);
+        let arrivals = Arrivals::new(settings.node.clone(), settings.l2_preference_hold_down);
         let bgp = settings.enable_bgp.then(BgpSpeaker::new);
         Self {
             settings,
@@ -147,6 +155,7 @@ impl Speaker {
             session_report: tokio::sync::watch::Sender::new(None),
             excluded_since: None,
             handing_over: BTreeMap::new(),
+            arrivals,
         }
     }
 
@@ -181,7 +190,10 @@ impl Speaker {
             if changes.config {
                 self.note_exclusion(cluster);
             }
-            self.end_handovers(std::time::Instant::now());
+            let now = std::time::Instant::now();
+            self.end_handovers(now);
+            self.arrivals.observe(now, live);
+            let hold_down = self.arrivals.hold_down(now);
             let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
             if let Some(h) = host {
                 if let Some(r) = &self.responder {
@@ -208,7 +220,7 @@ impl Speaker {
                 if !self.unable_here.is_empty() {
                     unable.insert(self.settings.node.clone(), self.unable_here.clone());
                 }
-                let u = self.l2.update(cluster, &changes, live, &unable);
+                let u = self.l2.update(cluster, &changes, live, &unable, &hold_down);
                 out.decided += u.decided;
                 out.owned_changed |= u.owned_changed;
                 touched.extend(u.services);
@@ -411,9 +423,15 @@ impl Speaker {
         }
     }
 
-    /// When [`Speaker::sync`] should run again at the latest (a handover ends), if ever.
+    /// When [`Speaker::sync`] should run again at the latest (a handover or a preference
+    /// hold-down ends), if ever.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.handing_over.values().min().copied()
+        let hold_down = self.responder.as_ref().and(self.arrivals.next_expiry());
+        self.handing_over
+            .values()
+            .copied()
+            .chain(hold_down)
+            .min()
     }
 
     /// Logs interfaces that started or stopped failing and interfaces reopened, and exports

@@ -17,6 +17,7 @@ struct World {
     bgp: BgpTracker,
     live: BTreeSet<String>,
     unable: Unable,
+    hold_down: HoldDown,
 }
 
 impl World {
@@ -40,6 +41,7 @@ impl World {
             bgp: BgpTracker::new(),
             live: NODES.iter().map(|n| n.to_string()).collect(),
             unable: Unable::new(),
+            hold_down: HoldDown::default(),
         }
     }
 
@@ -47,15 +49,16 @@ impl World {
         let changes = self.cluster.take_changes();
         let l2 = self
             .l2
-            .update(&self.cluster, &changes, &self.live, &self.unable);
+            .update(&self.cluster, &changes, &self.live, &self.unable, &self.hold_down);
         let bgp = self.bgp.update(&self.cluster, &changes);
         (l2, bgp)
     }
 
     fn check(&self, context: &str) {
-        let snap = self
+        let mut snap = self
             .cluster
             .snapshot(self.live.clone(), self.unable.clone());
+        snap.hold_down = self.hold_down.clone();
         let want = plan_l2(&snap);
         assert_eq!(self.l2.owned(), &want.owned, "{context}: owned addresses");
         for (ip, plan) in &want.addresses {
