@@ -270,6 +270,101 @@ mod tests {
         );
     }
 
+    fn v4(i: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i))
+    }
+
+    fn plain(p: u32) -> Standing {
+        Standing::new(p, false)
+    }
+
+    #[test]
+    fn a_higher_preference_wins_whatever_the_hash() {
+        for i in 0..1000 {
+            let cands = [("node-a", plain(0)), ("node-b", plain(10)), ("node-c", plain(0))];
+            assert_eq!(owner_by_standing(v4(i), cands), Some("node-b"));
+            assert_eq!(ranking_by_standing(v4(i), cands)[0], "node-b");
+        }
+    }
+
+    #[test]
+    fn equal_preferences_are_decided_by_the_rendezvous_hash_and_spread() {
+        let mut counts = BTreeMap::<&str, usize>::new();
+        for i in 0..1000 {
+            let cands = [("node-a", plain(50)), ("node-b", plain(50)), ("node-c", plain(1))];
+            let o = owner_by_standing(v4(i), cands).unwrap();
+            assert_eq!(Some(o), owner(v4(i), ["node-a", "node-b"]));
+            *counts.entry(o).or_default() += 1;
+        }
+        assert_eq!(counts.len(), 2, "{counts:?}");
+        assert!(counts.values().all(|c| (400..600).contains(c)), "{counts:?}");
+    }
+
+    #[test]
+    fn the_ranking_orders_by_preference_then_by_hash() {
+        for i in 0..200 {
+            let cands = [
+                ("node-a", plain(0)),
+                ("node-b", plain(20)),
+                ("node-c", plain(0)),
+                ("node-d", plain(20)),
+            ];
+            let r = ranking_by_standing(v4(i), cands);
+            assert_eq!(&r[..2], ranking(v4(i), ["node-b", "node-d"]).as_slice());
+            assert_eq!(&r[2..], ranking(v4(i), ["node-a", "node-c"]).as_slice());
+        }
+    }
+
+    #[test]
+    fn losing_a_preferred_node_moves_only_its_addresses_over_1000_addresses() {
+        let all = [
+            ("node-a", plain(30)),
+            ("node-b", plain(30)),
+            ("node-c", plain(10)),
+            ("node-d", plain(0)),
+        ];
+        let rest: Vec<(&str, Standing)> = all.iter().copied().filter(|c| c.0 != "node-a").collect();
+        let (mut owned_by_a, mut moved) = (0, 0);
+        for i in 0..1000 {
+            let before = owner_by_standing(v4(i), all).unwrap();
+            let after = owner_by_standing(v4(i), rest.iter().copied()).unwrap();
+            if before == "node-a" {
+                owned_by_a += 1;
+                // To the runner-up: here the other node of the same weight.
+                assert_eq!(after, "node-b");
+            }
+            if before != after {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, owned_by_a);
+        assert!((400..600).contains(&owned_by_a), "{owned_by_a}");
+    }
+
+    #[test]
+    fn a_held_preferred_node_ranks_below_every_settled_node_but_still_owns_when_alone() {
+        for i in 0..200 {
+            let held = Standing::new(100, true);
+            let cands = [("node-a", held), ("node-b", plain(0)), ("node-c", plain(0))];
+            assert_ne!(owner_by_standing(v4(i), cands), Some("node-a"));
+            assert_eq!(ranking_by_standing(v4(i), cands)[2], "node-a");
+            assert_eq!(owner_by_standing(v4(i), [("node-a", held)]), Some("node-a"));
+            // Between two held nodes, the preference still counts.
+            let both = [("node-a", held), ("node-b", Standing::new(5, true))];
+            assert_eq!(owner_by_standing(v4(i), both), Some("node-a"));
+        }
+    }
+
+    #[test]
+    fn a_node_without_preference_is_never_held() {
+        assert_eq!(Standing::new(0, true), Standing::PLAIN);
+        for i in 0..200 {
+            let a = ("node-a", Standing::new(0, true));
+            let b = ("node-b", Standing::PLAIN);
+            assert_eq!(owner_by_standing(v4(i), [a, b]), owner(v4(i), ["node-a", "node-b"]));
+        }
+    }
+
     proptest! {
         #[test]
         fn exactly_one_owner_whatever_the_candidate_order(ip in arb_ip(), set in arb_nodes(), seed in any::<u64>()) {
