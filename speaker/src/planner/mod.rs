@@ -24,4 +24,6 @@ pub use input::{
 pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
 
 #[cfg(test)]
+mod preference_tests;
+#[cfg(test)]
 mod tests;
