@@ -170,11 +170,7 @@ where
 }
 
 /// Whether `challenger` would take `ip` from `owner`, given their standings.
-pub fn outranks(
-    ip: IpAddr,
-    challenger: (&str, Standing),
-    owner: (&str, Standing),
-) -> bool {
+pub fn outranks(ip: IpAddr, challenger: (&str, Standing), owner: (&str, Standing)) -> bool {
     challenger.0 != owner.0 && owner_by_standing(ip, [challenger, owner]) == Some(challenger.0)
 }
 
@@ -281,7 +277,11 @@ mod tests {
     #[test]
     fn a_higher_preference_wins_whatever_the_hash() {
         for i in 0..1000 {
-            let cands = [("node-a", plain(0)), ("node-b", plain(10)), ("node-c", plain(0))];
+            let cands = [
+                ("node-a", plain(0)),
+                ("node-b", plain(10)),
+                ("node-c", plain(0)),
+            ];
             assert_eq!(owner_by_standing(v4(i), cands), Some("node-b"));
             assert_eq!(ranking_by_standing(v4(i), cands)[0], "node-b");
         }
@@ -291,13 +291,20 @@ mod tests {
     fn equal_preferences_are_decided_by_the_rendezvous_hash_and_spread() {
         let mut counts = BTreeMap::<&str, usize>::new();
         for i in 0..1000 {
-            let cands = [("node-a", plain(50)), ("node-b", plain(50)), ("node-c", plain(1))];
+            let cands = [
+                ("node-a", plain(50)),
+                ("node-b", plain(50)),
+                ("node-c", plain(1)),
+            ];
             let o = owner_by_standing(v4(i), cands).unwrap();
             assert_eq!(Some(o), owner(v4(i), ["node-a", "node-b"]));
             *counts.entry(o).or_default() += 1;
         }
         assert_eq!(counts.len(), 2, "{counts:?}");
-        assert!(counts.values().all(|c| (400..600).contains(c)), "{counts:?}");
+        assert!(
+            counts.values().all(|c| (400..600).contains(c)),
+            "{counts:?}"
+        );
     }
 
     #[test]
@@ -361,7 +368,10 @@ mod tests {
         for i in 0..200 {
             let a = ("node-a", Standing::new(0, true));
             let b = ("node-b", Standing::PLAIN);
-            assert_eq!(owner_by_standing(v4(i), [a, b]), owner(v4(i), ["node-a", "node-b"]));
+            assert_eq!(
+                owner_by_standing(v4(i), [a, b]),
+                owner(v4(i), ["node-a", "node-b"])
+            );
         }
     }
 

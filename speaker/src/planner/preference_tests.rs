@@ -136,7 +136,8 @@ fn a_preference_never_makes_an_ineligible_node_a_candidate() {
     let mut s = world("node-a", 10);
     for svc in &mut s.services {
         svc.local_traffic_policy = true;
-        svc.endpoints.retain(|e| e.node_name.as_deref() == Some("node-c"));
+        svc.endpoints
+            .retain(|e| e.node_name.as_deref() == Some("node-c"));
     }
     assert!(all_owned_by(&plan_l2(&s), "node-c"));
     let mut s = world("node-a", 10);
@@ -144,7 +145,12 @@ fn a_preference_never_makes_an_ineligible_node_a_candidate() {
     let plan = plan_l2(&s);
     assert!(all_owned_by(&plan, "node-b"));
     assert_eq!(
-        plan.addresses.values().next().unwrap().not_eligible.get("node-a"),
+        plan.addresses
+            .values()
+            .next()
+            .unwrap()
+            .not_eligible
+            .get("node-a"),
         Some(&NotEligible::NodeSelectorMismatch)
     );
 }

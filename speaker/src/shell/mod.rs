@@ -427,11 +427,7 @@ impl Speaker {
     /// hold-down ends), if ever.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
         let hold_down = self.responder.as_ref().and(self.arrivals.next_expiry());
-        self.handing_over
-            .values()
-            .copied()
-            .chain(hold_down)
-            .min()
+        self.handing_over.values().copied().chain(hold_down).min()
     }
 
     /// Logs interfaces that started or stopped failing and interfaces reopened, and exports
