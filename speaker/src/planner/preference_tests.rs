@@ -29,7 +29,7 @@ fn prefer(weight: u32, zone: Option<&str>) -> (u32, LabelSelector) {
 fn world(this: &str, n: u32) -> Snapshot {
     let services = (1..=n)
         .map(|i| ServiceInfo {
-            key: ServiceKey::new("default", &format!("s{i}")),
+            key: ServiceKey::new("default", format!("s{i}")),
             ingress: vec![IpAddr::from([10, 99, 0, i as u8])],
             local_traffic_policy: false,
             endpoints: NODES
