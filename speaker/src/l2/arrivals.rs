@@ -3,12 +3,14 @@
 //!
 //! A node that joins the live set is *held* for the hold-down: its preferences
 //! (`L2Advertisement.preferredNodeSelectors`) do not count until it has stayed live that long
-//! (see [`crate::l2::election`]). Every speaker must agree on who is held, so the record follows
-//! two rules:
-//! - The nodes this speaker finds live when it first sees the others, and those it meets within
-//!   [`ARRIVAL_GRACE`] after that (gossip still converging), arrived before it: they are not
-//!   held. The others saw them live all along.
-//! - This speaker itself is held from that moment: the others see it arrive then.
+//! (see [`crate::l2::election`]). Every speaker must agree on who is held, so a node's arrival
+//! is the latest of:
+//! - when its speaker Pod last became `Ready` (`lastTransitionTime`, the same for every speaker:
+//!   this dates restarts, crash loops and reboots, including a start of every speaker at once);
+//! - when this speaker saw it join the live set, except for the nodes it finds live when it
+//!   first sees the others and those it meets within [`ARRIVAL_GRACE`] after that (gossip still
+//!   converging): those were live before it, as the others saw all along;
+//! - for this speaker itself, the moment it first saw the others: they see it arrive then.
 //!
 //! # Caveats
 //! - Arrival times are local observations: speakers see a node join within gossip's spread time
@@ -94,24 +96,31 @@ impl Arrivals {
         self.since.retain(|_, s| now < *s + d);
     }
 
-    /// The planner's input at `now`.
-    pub fn hold_down(&self, now: Instant) -> HoldDown {
+    /// The planner's input at `now`, given when the live nodes' speaker Pods became ready
+    /// (those Kubernetes dates; absent when unknown).
+    pub fn hold_down(&self, now: Instant, ready_since: &BTreeMap<String, Instant>) -> HoldDown {
+        let mut live_since = self.since.clone();
+        for (node, ready) in ready_since {
+            if self.live.contains(node) && now < *ready + self.hold_down {
+                let since = live_since.entry(node.clone()).or_insert(*ready);
+                *since = (*since).max(*ready);
+            }
+        }
         HoldDown {
             now: Some(now),
-            live_since: self.since.clone(),
+            live_since,
             duration: self.hold_down,
         }
-    }
-
-    /// The next instant a hold-down ends, if any node is held.
-    pub fn next_expiry(&self) -> Option<Instant> {
-        self.since.values().map(|s| *s + self.hold_down).min()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn none() -> BTreeMap<String, Instant> {
+        BTreeMap::new()
+    }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()
@@ -125,10 +134,10 @@ mod tests {
         let mut a = Arrivals::new("me", H);
         a.observe(t0, &BTreeSet::new());
         a.observe(t0 + Duration::from_secs(1), &set(&["me", "b", "c"]));
-        let hd = a.hold_down(t0 + Duration::from_secs(2));
+        let hd = a.hold_down(t0 + Duration::from_secs(2), &none());
         assert!(hd.held("me"));
         assert!(!hd.held("b") && !hd.held("c"));
-        assert_eq!(a.next_expiry(), Some(t0 + Duration::from_secs(31)));
+        assert_eq!(hd.next_expiry(), Some(t0 + Duration::from_secs(31)));
     }
 
     #[test]
@@ -139,7 +148,7 @@ mod tests {
         a.observe(t0 + Duration::from_secs(1), &set(&["me", "b", "c"]));
         a.observe(t0 + Duration::from_secs(10), &set(&["me", "c"]));
         a.observe(t0 + Duration::from_secs(11), &set(&["me", "b", "c"]));
-        let hd = a.hold_down(t0 + Duration::from_secs(12));
+        let hd = a.hold_down(t0 + Duration::from_secs(12), &none());
         assert!(!hd.held("c"));
         assert!(hd.held("b"), "b left and came back after the grace");
     }
@@ -154,11 +163,13 @@ mod tests {
         a.observe(at(45), &set(&["me", "b"]));
         a.observe(at(60), &set(&["me"]));
         a.observe(at(61), &set(&["me", "b"]));
-        assert!(a.hold_down(at(90)).held("b"), "held from 61 s, not 45 s");
-        assert_eq!(a.next_expiry(), Some(at(91)));
+        let hd = a.hold_down(at(90), &none());
+        assert!(hd.held("b"), "held from 61 s, not 45 s");
+        assert_eq!(hd.next_expiry(), Some(at(91)));
         a.observe(at(91), &set(&["me", "b"]));
-        assert!(!a.hold_down(at(91)).held("b"));
-        assert_eq!(a.next_expiry(), None);
+        let hd = a.hold_down(at(91), &none());
+        assert!(!hd.held("b"));
+        assert_eq!(hd.next_expiry(), None);
     }
 
     #[test]
@@ -167,8 +178,37 @@ mod tests {
         let mut a = Arrivals::new("me", Duration::ZERO);
         a.observe(t0, &set(&["me"]));
         a.observe(t0 + Duration::from_secs(10), &set(&["me", "b"]));
-        let hd = a.hold_down(t0 + Duration::from_secs(10));
+        let hd = a.hold_down(t0 + Duration::from_secs(10), &none());
         assert!(hd.held_nodes().is_empty());
-        assert_eq!(a.next_expiry(), None);
+        assert_eq!(hd.next_expiry(), None);
+    }
+
+    #[test]
+    fn a_recent_pod_ready_time_holds_a_node_found_live_at_join_and_the_later_date_wins() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(100 + s);
+        let mut a = Arrivals::new("me", H);
+        // Every speaker started together: this one finds b live at once, but b's Pod became
+        // ready at 1 s, as every speaker reads.
+        a.observe(at(2), &set(&["me", "b", "c"]));
+        let ready: BTreeMap<String, Instant> = [
+            ("b".to_string(), at(1)),
+            ("c".to_string(), t0),
+            ("me".to_string(), at(5)),
+        ]
+        .into();
+        let hd = a.hold_down(at(10), &ready);
+        assert!(hd.held("b") && hd.held("me"));
+        assert_eq!(hd.live_since["b"], at(1));
+        assert_eq!(
+            hd.live_since["me"],
+            at(5),
+            "the later of join (2 s) and ready (5 s)"
+        );
+        assert!(!hd.held("c"), "ready 100 s ago");
+        assert_eq!(hd.next_expiry(), Some(at(31)));
+        // A node that is not live is not held by its Pod's date.
+        a.observe(at(11), &set(&["me", "c"]));
+        assert!(!a.hold_down(at(11), &ready).held("b"));
     }
 }

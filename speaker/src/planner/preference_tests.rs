@@ -167,7 +167,7 @@ fn a_returning_preferred_node_gets_its_addresses_back_only_after_the_hold_down_e
         arrivals.observe(at(secs), &live);
         plan_l2(&Snapshot {
             live_speakers: live,
-            hold_down: arrivals.hold_down(at(secs)),
+            hold_down: arrivals.hold_down(at(secs), &BTreeMap::new()),
             ..base.clone()
         })
     };
