@@ -7,6 +7,7 @@ use std::process::Command;
 
 use ferrolb_api::v1beta1::{
     BFDProfile, BGPAdvertisement, BGPPeer, Community, DynamicAsn, IPAddressPool, L2Advertisement,
+    PreferredNodeSelector,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde::Deserialize;
@@ -128,7 +129,7 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(
         summary_line(&run),
-        "12 objects converted, 4 fields without an equivalent, 2 objects skipped"
+        "12 objects converted, 3 fields without an equivalent, 2 objects skipped"
     );
     let o = parse_objects(&run.stdout);
     assert_eq!(o.count(), 12);
@@ -214,6 +215,13 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
     // L2Advertisement.
     let l2 = &o.l2["l2-everything"].spec;
     assert_eq!(l2.ip_address_pools, strings(&["lab"]));
+    assert_eq!(
+        l2.preferred_node_selectors,
+        vec![PreferredNodeSelector {
+            weight: 50,
+            preference: both(&[("zone", "a")], expression("rack", "In", &["r1"])),
+        }]
+    );
     assert_eq!(
         l2.ip_address_pool_selectors,
         vec![both(
@@ -411,11 +419,6 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
         .collect();
     let expected: BTreeSet<(String, String, String)> = [
         ("L2Advertisement", "l2-everything", "spec.serviceSelectors"),
-        (
-            "L2Advertisement",
-            "l2-everything",
-            "spec.preferredNodeSelectors",
-        ),
         ("BGPAdvertisement", "aggregated", "spec.asPathPrepend"),
         ("BGPAdvertisement", "selected", "spec.serviceSelectors"),
     ]
@@ -423,7 +426,7 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
     .map(|(k, n, p)| (k.into(), n.into(), p.into()))
     .collect();
     assert_eq!(unsupported, expected);
-    assert_eq!(of("unsupportedField").len(), 4, "each exactly once");
+    assert_eq!(of("unsupportedField").len(), 3, "each exactly once");
     assert_eq!(
         of("unknownField"),
         Vec::<&Value>::new(),
@@ -460,7 +463,7 @@ fn the_full_fixture_reports_each_field_without_an_equivalent_once_and_no_unknown
     );
 
     assert_eq!(json["summary"]["converted"], 12);
-    assert_eq!(json["summary"]["fieldsWithoutEquivalent"], 4);
+    assert_eq!(json["summary"]["fieldsWithoutEquivalent"], 3);
     assert_eq!(json["summary"]["skipped"], 2);
     assert_eq!(json["exitStatus"], 0);
 
@@ -484,7 +487,7 @@ fn the_full_fixture_exits_0_and_3_with_strict() {
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert_eq!(
         summary_line(&run),
-        "12 objects converted, 4 fields without an equivalent, 2 objects skipped"
+        "12 objects converted, 3 fields without an equivalent, 2 objects skipped"
     );
     assert_eq!(parse_objects(&run.stdout).count(), 12);
 

@@ -76,7 +76,13 @@ fn main() {
     let changes = c.take_changes();
     let live = std::collections::BTreeSet::from(["node-0000".to_string()]);
     let mut l2 = L2Tracker::new();
-    l2.update(&c, &changes, &live, &Default::default());
+    l2.update(
+        &c,
+        &changes,
+        &live,
+        &Default::default(),
+        &Default::default(),
+    );
     let after_l2 = mib();
     let mut bgp = BgpTracker::new();
     bgp.update(&c, &changes);

@@ -103,6 +103,11 @@ struct Args {
     /// once they see this speaker gone.
     #[arg(long, env = "FERROLB_L2_HANDOVER_TIME", default_value = "1s", value_parser = drain_time)]
     l2_handover_time: Duration,
+    /// How long a node that (re)joins must stay live before it takes back the layer-2
+    /// addresses `preferredNodeSelectors` prefer it for (a flapping node moves nothing); 0s
+    /// takes them back at once. Every speaker should use the same value.
+    #[arg(long, env = "FERROLB_L2_PREFERENCE_HOLD_DOWN", default_value = "30s", value_parser = drain_time)]
+    l2_preference_hold_down: Duration,
 }
 
 fn drain_time(s: &str) -> Result<Duration, String> {
@@ -206,6 +211,7 @@ async fn speaker_main() -> anyhow::Result<()> {
         enable_l2: args.enable_l2,
         enable_bgp: args.enable_bgp,
         l2_handover: args.l2_handover_time,
+        l2_preference_hold_down: args.l2_preference_hold_down,
     };
     let mut speaker = Speaker::new(settings, metrics.clone(), status, events);
     if args.enable_bgp {
@@ -388,7 +394,8 @@ async fn speaker_main() -> anyhow::Result<()> {
                     _ => std::future::pending().await,
                 }
             };
-            // A layer-2 handover ending (this node excluded) is the next deadline, when sooner.
+            // A layer-2 handover ending (this node excluded) or a preference hold-down ending is
+            // the next deadline, when sooner.
             let refresh = tokio::time::Instant::now() + ferrolb_speaker::l2::REFRESH_INTERVAL;
             let joining = (!joined && gossip.is_some()).then(|| gossip_started + JOIN_WAIT);
             let wake = speaker

@@ -170,6 +170,52 @@ async fn an_l2_advertisement_interface_name_fits_the_kernel_limit() {
 }
 
 #[tokio::test]
+async fn an_l2_advertisement_preference_weighs_1_to_100_and_needs_its_selector() {
+    let (c, ns) = cluster().await;
+    let l2 = |name: &'static str, preferred: Value| {
+        let c = &c;
+        let ns = &ns;
+        async move {
+            create(
+                c,
+                ns,
+                "l2advertisements",
+                "L2Advertisement",
+                name,
+                json!({ "preferredNodeSelectors": preferred }),
+            )
+            .await
+        }
+    };
+    accepted(
+        &l2(
+            "ok",
+            json!([
+                {"weight": 1, "preference": {"matchLabels": {"zone": "a"}}},
+                {"weight": 100, "preference": {}}
+            ]),
+        )
+        .await,
+    );
+    refused(
+        &l2("zero", json!([{"weight": 0, "preference": {}}])).await,
+        "spec.preferredNodeSelectors[0].weight",
+    );
+    refused(
+        &l2("heavy", json!([{"weight": 101, "preference": {}}])).await,
+        "spec.preferredNodeSelectors[0].weight",
+    );
+    refused(
+        &l2("no-weight", json!([{"preference": {}}])).await,
+        "spec.preferredNodeSelectors[0].weight",
+    );
+    refused(
+        &l2("no-preference", json!([{"weight": 5}])).await,
+        "spec.preferredNodeSelectors[0].preference",
+    );
+}
+
+#[tokio::test]
 async fn aggregation_lengths_stay_within_the_family() {
     let (c, ns) = cluster().await;
     accepted(

@@ -10,7 +10,8 @@ use super::ConfigStatus;
 /// Announces the addresses of the selected pools on the local segment (ARP for IPv4, NDP for IPv6).
 ///
 /// With no pool named or selected, every pool is announced. With no node selector, every node
-/// is a candidate; one node per address answers.
+/// is a candidate; one node per address answers. `preferredNodeSelectors` rank the candidates:
+/// the answering node is one of the highest-scoring candidates.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "ferrolb.io",
@@ -61,4 +62,26 @@ pub struct L2AdvertisementSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(length(min = 1, max = 15)))]
     pub interfaces: Vec<String>,
+    /// Soft preferences among the nodes that may answer: a node scores the sum of the weights
+    /// of the preferences it matches, and each address is answered by a live candidate with
+    /// the highest score (the usual per-address hash chooses among equals). A preference only
+    /// ranks nodes this advertisement's `nodeSelectors` already select; when several
+    /// advertisements cover a pool, a node's scores from each of them add up. A preferred node
+    /// that comes back takes its addresses back only after it has been live for the speakers'
+    /// hold-down (`--l2-preference-hold-down`, 30s by default), so a flapping node does not
+    /// move them back and forth.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_node_selectors: Vec<PreferredNodeSelector>,
+}
+
+/// A weighted soft preference for the nodes a label selector matches (the shape of
+/// Kubernetes' `PreferredSchedulingTerm`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PreferredNodeSelector {
+    /// Added to the score of every node `preference` matches, 1 to 100.
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: i32,
+    /// The nodes that get `weight`; an empty selector matches every node.
+    pub preference: LabelSelector,
 }

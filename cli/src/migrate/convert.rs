@@ -6,7 +6,7 @@
 
 use ferrolb_api::v1beta1::{
     BFDProfileSpec, BGPAdvertisementSpec, BGPPeerSpec, CommunityAlias, CommunitySpec, DynamicAsn,
-    IPAddressPoolSpec, L2AdvertisementSpec, SecretRef, ServiceAllocation,
+    IPAddressPoolSpec, L2AdvertisementSpec, PreferredNodeSelector, SecretRef, ServiceAllocation,
 };
 use ferrolb_api::validate::CommunityValue;
 use serde_json::json;
@@ -75,14 +75,24 @@ fn priority(sa: &mut Fields<'_>) -> Option<i32> {
     }
 }
 
-/// `L2Advertisement` (v1beta1): the pool, node and interface fields are FerroLB's own;
-/// `serviceSelectors` and `preferredNodeSelectors` have no equivalent.
+/// `L2Advertisement` (v1beta1): every field but `serviceSelectors` is FerroLB's own.
+/// `preferredNodeSelectors` are copied as written (MetalLB's weights are 1 to 100 too); a
+/// returning preferred node waits out FerroLB's hold-down before it takes its addresses back
+/// (the README says so).
 pub fn l2_advertisement(spec: &mut Fields<'_>) -> L2AdvertisementSpec {
     let out = L2AdvertisementSpec {
         ip_address_pools: spec.strings("ipAddressPools"),
         ip_address_pool_selectors: spec.label_selectors("ipAddressPoolSelectors"),
         node_selectors: spec.label_selectors("nodeSelectors"),
         interfaces: spec.strings("interfaces"),
+        preferred_node_selectors: spec.objects("preferredNodeSelectors", |p| {
+            PreferredNodeSelector {
+                weight: p.int_as::<i32>("weight", "int32").unwrap_or_default(),
+                preference: p
+                    .object_or_empty("preference", |s| s.read_label_selector())
+                    .unwrap_or_default(),
+            }
+        }),
     };
     spec.unsupported(Kind::L2Advertisement);
     out

@@ -240,10 +240,15 @@ impl<'c> Fields<'c> {
     /// Takes a list of Kubernetes label selectors (MetalLB v1beta1's `NodeSelector` has the
     /// same two fields).
     pub fn label_selectors(&mut self, key: &str) -> Vec<LabelSelector> {
-        self.objects(key, |sel| LabelSelector {
-            match_labels: sel.string_map("matchLabels"),
+        self.objects(key, |sel| sel.read_label_selector())
+    }
+
+    /// Reads this object as a Kubernetes label selector.
+    pub fn read_label_selector(&mut self) -> LabelSelector {
+        LabelSelector {
+            match_labels: self.string_map("matchLabels"),
             match_expressions: {
-                let exprs = sel.objects("matchExpressions", |req| LabelSelectorRequirement {
+                let exprs = self.objects("matchExpressions", |req| LabelSelectorRequirement {
                     key: req.string("key").unwrap_or_default(),
                     operator: req.string("operator").unwrap_or_default(),
                     values: {
@@ -253,7 +258,7 @@ impl<'c> Fields<'c> {
                 });
                 (!exprs.is_empty()).then_some(exprs)
             },
-        })
+        }
     }
 
     /// Takes every field of this object that [`UNSUPPORTED`] lists for `kind`, reporting

@@ -32,12 +32,6 @@ pub const UNSUPPORTED: &[Unsupported] = &[
                  (serviceAllocation.serviceSelectors) and select that pool",
     },
     Unsupported {
-        kind: Kind::L2Advertisement,
-        path: "spec.preferredNodeSelectors",
-        reason: "FerroLB elects the answering node by rendezvous hashing among the eligible \
-                 nodes, without weights; restrict the candidates with nodeSelectors instead",
-    },
-    Unsupported {
         kind: Kind::BGPAdvertisement,
         path: "spec.serviceSelectors",
         reason: "FerroLB announces every Service of the selected pools and cannot limit an \

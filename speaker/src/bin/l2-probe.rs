@@ -12,10 +12,13 @@
 //! - Gossip mode, `--node NAME --listen IP:PORT --key-file F [--peer NAME@IP:PORT]...`: the
 //!   addresses are candidates; the node owns those the election gives it among the live
 //!   speakers that gossip reports, and prints `owned <unix-nanos> <addrs|-> live <nodes>` on
-//!   every change.
+//!   every change. `--prefer NODE=WEIGHT` (repeatable) gives NODE that preference score for
+//!   every address, and `--hold-down-ms N` (default 0) holds a returning preferred node that
+//!   long ([`ferrolb_speaker::l2::arrivals`]).
 
 use anyhow::{Context, Result, bail};
-use ferrolb_speaker::l2::election;
+use ferrolb_speaker::l2::arrivals::Arrivals;
+use ferrolb_speaker::l2::election::{self, Standing};
 use ferrolb_speaker::l2::iface::{self, InterfaceInfo};
 use ferrolb_speaker::l2::{CounterSnapshot, Responder};
 use ferrolb_speaker::membership::{Gossip, GossipKey, MembershipConfig};
@@ -83,6 +86,13 @@ struct GossipArgs {
     listen: SocketAddr,
     peers: Vec<(String, SocketAddr)>,
     key_file: String,
+    prefer: BTreeMap<String, u32>,
+    hold_down: Duration,
+}
+
+fn parse_prefer(s: &str) -> Result<(String, u32)> {
+    let (node, w) = s.split_once('=').context("--prefer wants NODE=WEIGHT")?;
+    Ok((node.to_string(), w.parse().context("--prefer weight")?))
 }
 
 fn parse_peer(s: &str) -> Result<(String, SocketAddr)> {
@@ -108,12 +118,22 @@ fn run_gossip(g: GossipArgs, words: &[String], responder: &Responder) -> Result<
         .await?;
         gossip.set_seeds(g.peers.clone());
         let mut live = gossip.live();
+        let mut arrivals = Arrivals::new(g.node.clone(), g.hold_down);
         loop {
             let nodes = live.borrow_and_update().clone();
+            let now = std::time::Instant::now();
+            arrivals.observe(now, &nodes);
+            let hold_down = arrivals.hold_down(now, &BTreeMap::new());
+            let wake = hold_down.next_expiry();
+            let standing = |n: &str| {
+                let preference = g.prefer.get(n).copied().unwrap_or(0);
+                Standing::new(preference, hold_down.held(n))
+            };
             let owned: BTreeMap<IpAddr, Vec<String>> = candidates
                 .iter()
                 .filter(|(ip, _)| {
-                    election::owner(**ip, nodes.iter().map(String::as_str)) == Some(g.node.as_str())
+                    let cands = nodes.iter().map(|n| (n.as_str(), standing(n)));
+                    election::owner_by_standing(**ip, cands) == Some(g.node.as_str())
                 })
                 .map(|(ip, ifs)| (*ip, ifs.clone()))
                 .collect();
@@ -134,9 +154,18 @@ fn run_gossip(g: GossipArgs, words: &[String], responder: &Responder) -> Result<
             )?;
             out.flush()?;
             drop(out);
-            // Until membership changes, report the gossip counters twice a second.
+            // Until membership changes or a hold-down ends, report the gossip counters twice
+            // a second.
+            let until = wake.map(tokio::time::Instant::from_std);
             loop {
+                let expiry = async {
+                    match until {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
+                    () = expiry => break,
                     r = live.changed() => {
                         if r.is_err() {
                             return Ok(());
@@ -165,6 +194,7 @@ fn main() -> Result<()> {
     let mut control = false;
     let mut words = Vec::new();
     let (mut node, mut listen, mut peers, mut key_file) = (None, None, Vec::new(), None);
+    let (mut prefer, mut hold_down) = (BTreeMap::new(), Duration::ZERO);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
@@ -175,6 +205,11 @@ fn main() -> Result<()> {
             "--listen" => listen = Some(value()?.parse::<SocketAddr>()?),
             "--peer" => peers.push(parse_peer(&value()?)?),
             "--key-file" => key_file = Some(value()?),
+            "--prefer" => {
+                let (n, w) = parse_prefer(&value()?)?;
+                prefer.insert(n, w);
+            }
+            "--hold-down-ms" => hold_down = Duration::from_millis(value()?.parse()?),
             _ => words.push(a),
         }
     }
@@ -184,6 +219,8 @@ fn main() -> Result<()> {
             listen,
             peers,
             key_file,
+            prefer,
+            hold_down,
         }),
         (None, None, None) => None,
         _ => bail!("gossip mode needs --node, --listen and --key-file together"),

@@ -172,6 +172,7 @@ pub struct Cluster {
     /// This node's UID (the owner of the objects that must go with the Node).
     this_node_uid: Option<String>,
     secrets_version: u64,
+    speakers_version: u64,
     config: Config,
     changes: Changes,
     speakers_dirty: bool,
@@ -203,6 +204,7 @@ impl Cluster {
             node_infos: BTreeMap::new(),
             this_node_uid: None,
             secrets_version: 0,
+            speakers_version: 0,
             config: Config::default(),
             changes: Changes {
                 config: true,
@@ -561,6 +563,13 @@ impl Cluster {
             Update::Delete(pod) => self.pods.remove(&key_of(&pod.metadata)).is_some(),
         };
         self.speakers_dirty |= changed;
+        self.speakers_version += u64::from(changed);
+    }
+
+    /// Grows whenever a speaker Pod changes (for readers that must not consume
+    /// [`Cluster::speakers_changed`]).
+    pub fn speakers_version(&self) -> u64 {
+        self.speakers_version
     }
 
     /// Whether speaker Pods or Nodes changed since the last call (gossip seeds and the
@@ -776,6 +785,7 @@ impl Cluster {
             live_speakers: live,
             this_node: self.scope.this_node.clone(),
             unable,
+            hold_down: Default::default(),
         }
     }
 }

@@ -1,14 +1,26 @@
 //! Layer-2 owner election by rendezvous hashing. Pure: no I/O, no clock.
 //!
-//! Every speaker ranks the candidate nodes of an address by [`score`] and picks the highest, so
-//! all speakers that see the same eligible live nodes name the same owner without talking to each
-//! other. Each address is scored on its own: addresses shared by several Services, or the two
-//! families of a dual-stack Service, may have different owners.
+//! Every speaker ranks the candidate nodes of an address by their [`Standing`] (preference
+//! score, hold-down), then by [`score`], and picks the highest, so all speakers that see the same
+//! eligible live nodes name the same owner without talking to each other. Each address is scored
+//! on its own: addresses shared by several Services, or the two families of a dual-stack
+//! Service, may have different owners.
+//!
+//! # Preferences and the hold-down
+//! `L2Advertisement.preferredNodeSelectors` give a node a preference score (the sum of the
+//! weights it matches). A higher score wins; the hash decides among equal scores, so the
+//! addresses of a pool spread over its most preferred nodes. A preferred node (score above zero)
+//! that joined the live set less than the hold-down ago is *held*: it ranks below every candidate
+//! that is not held, so it owns an address only when no other node can. When its hold-down ends
+//! it takes back the addresses it is preferred for, once; if it fails again within the hold-down
+//! nothing moved to it and nothing moves back. Nodes without preferences are never held: with no
+//! preferences anywhere, the election is the plain rendezvous hash.
 //!
 //! # Guarantees
 //! - Exactly one owner per address when at least one candidate exists, none otherwise.
 //! - Removing a node changes the owner only of the addresses that node owned; adding a node takes
-//!   addresses only to itself (the classic rendezvous property: other nodes' scores do not move).
+//!   addresses only to itself (the classic rendezvous property: other nodes' standings and scores
+//!   do not move). The same holds for a node leaving or ending its hold-down.
 //! - The hash is fixed and documented ([`score`]), never `std`'s randomly keyed SipHash, so
 //!   speakers of any version and process agree.
 //!
@@ -65,10 +77,49 @@ fn finalise(mut x: u64) -> u64 {
     x
 }
 
-/// Orders two candidates: higher score first, then the smaller name (a tie needs a 64-bit
-/// collision, but the order must still be total so every speaker agrees).
-fn better(a: (u64, &str), b: (u64, &str)) -> bool {
-    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+/// How a candidate stands before the hash is consulted; compared first, the greater wins.
+///
+/// The derived order compares `settled` first (a held preferred node loses to every settled
+/// node), then `preference`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Standing {
+    /// False for a preferred node still in its hold-down.
+    pub settled: bool,
+    /// The sum of the weights of the preferences the node matches.
+    pub preference: u32,
+}
+
+impl Standing {
+    /// A node with no preference, never held: the plain rendezvous hash decides.
+    pub const PLAIN: Standing = Standing {
+        settled: true,
+        preference: 0,
+    };
+
+    /// The standing of a node with `preference` that is (`held`) or is not in its hold-down;
+    /// a node with no preference is never held (it gains nothing by waiting).
+    pub fn new(preference: u32, held: bool) -> Self {
+        Standing {
+            settled: !held || preference == 0,
+            preference,
+        }
+    }
+}
+
+impl Default for Standing {
+    fn default() -> Self {
+        Standing::PLAIN
+    }
+}
+
+/// One candidate's full rank for an address: standing, hash, name.
+type Rank<'a> = (Standing, u64, &'a str);
+
+/// Orders two candidates: better standing first, then higher hash, then the smaller name (a
+/// hash tie needs a 64-bit collision, but the order must still be total so every speaker
+/// agrees).
+fn better(a: Rank<'_>, b: Rank<'_>) -> bool {
+    (a.0, a.1) > (b.0, b.1) || ((a.0, a.1) == (b.0, b.1) && a.2 < b.2)
 }
 
 /// The owner of `ip` among `candidates` (the eligible live nodes), or `None` when there is none.
@@ -77,14 +128,23 @@ pub fn owner<'a, I>(ip: IpAddr, candidates: I) -> Option<&'a str>
 where
     I: IntoIterator<Item = &'a str>,
 {
-    let mut best: Option<(u64, &'a str)> = None;
-    for node in candidates {
-        let s = (score(node, ip), node);
-        if best.is_none_or(|b| better(s, b)) {
-            best = Some(s);
+    owner_by_standing(ip, candidates.into_iter().map(|n| (n, Standing::PLAIN)))
+}
+
+/// The owner of `ip` among `candidates` with their standings, or `None` when there is none.
+/// A name must come with one standing only.
+pub fn owner_by_standing<'a, I>(ip: IpAddr, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = (&'a str, Standing)>,
+{
+    let mut best: Option<Rank<'a>> = None;
+    for (node, standing) in candidates {
+        let r = (standing, score(node, ip), node);
+        if best.is_none_or(|b| better(r, b)) {
+            best = Some(r);
         }
     }
-    best.map(|(_, n)| n)
+    best.map(|(_, _, n)| n)
 }
 
 /// All `candidates` for `ip`, best first: the owner, then who takes over if it goes.
@@ -92,11 +152,26 @@ pub fn ranking<'a, I>(ip: IpAddr, candidates: I) -> Vec<&'a str>
 where
     I: IntoIterator<Item = &'a str>,
 {
-    let mut scored: Vec<(u64, &'a str)> =
-        candidates.into_iter().map(|n| (score(n, ip), n)).collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored.into_iter().map(|(_, n)| n).collect()
+    ranking_by_standing(ip, candidates.into_iter().map(|n| (n, Standing::PLAIN)))
+}
+
+/// All `candidates` with their standings for `ip`, best first.
+pub fn ranking_by_standing<'a, I>(ip: IpAddr, candidates: I) -> Vec<&'a str>
+where
+    I: IntoIterator<Item = (&'a str, Standing)>,
+{
+    let mut ranked: Vec<Rank<'a>> = candidates
+        .into_iter()
+        .map(|(n, s)| (s, score(n, ip), n))
+        .collect();
+    ranked.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)).then(a.2.cmp(b.2)));
+    ranked.dedup_by(|a, b| a.2 == b.2);
+    ranked.into_iter().map(|(_, _, n)| n).collect()
+}
+
+/// Whether `challenger` would take `ip` from `owner`, given their standings.
+pub fn outranks(ip: IpAddr, challenger: (&str, Standing), owner: (&str, Standing)) -> bool {
+    challenger.0 != owner.0 && owner_by_standing(ip, [challenger, owner]) == Some(challenger.0)
 }
 
 /// Elects an owner for every address from its candidate set. Addresses with no candidate are
@@ -189,6 +264,115 @@ mod tests {
             differ > 30,
             "only {differ} of 100 pairs had different owners"
         );
+    }
+
+    fn v4(i: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i))
+    }
+
+    fn plain(p: u32) -> Standing {
+        Standing::new(p, false)
+    }
+
+    #[test]
+    fn a_higher_preference_wins_whatever_the_hash() {
+        for i in 0..1000 {
+            let cands = [
+                ("node-a", plain(0)),
+                ("node-b", plain(10)),
+                ("node-c", plain(0)),
+            ];
+            assert_eq!(owner_by_standing(v4(i), cands), Some("node-b"));
+            assert_eq!(ranking_by_standing(v4(i), cands)[0], "node-b");
+        }
+    }
+
+    #[test]
+    fn equal_preferences_are_decided_by_the_rendezvous_hash_and_spread() {
+        let mut counts = BTreeMap::<&str, usize>::new();
+        for i in 0..1000 {
+            let cands = [
+                ("node-a", plain(50)),
+                ("node-b", plain(50)),
+                ("node-c", plain(1)),
+            ];
+            let o = owner_by_standing(v4(i), cands).unwrap();
+            assert_eq!(Some(o), owner(v4(i), ["node-a", "node-b"]));
+            *counts.entry(o).or_default() += 1;
+        }
+        assert_eq!(counts.len(), 2, "{counts:?}");
+        assert!(
+            counts.values().all(|c| (400..600).contains(c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn the_ranking_orders_by_preference_then_by_hash() {
+        for i in 0..200 {
+            let cands = [
+                ("node-a", plain(0)),
+                ("node-b", plain(20)),
+                ("node-c", plain(0)),
+                ("node-d", plain(20)),
+            ];
+            let r = ranking_by_standing(v4(i), cands);
+            assert_eq!(&r[..2], ranking(v4(i), ["node-b", "node-d"]).as_slice());
+            assert_eq!(&r[2..], ranking(v4(i), ["node-a", "node-c"]).as_slice());
+        }
+    }
+
+    #[test]
+    fn losing_a_preferred_node_moves_only_its_addresses_over_1000_addresses() {
+        let all = [
+            ("node-a", plain(30)),
+            ("node-b", plain(30)),
+            ("node-c", plain(10)),
+            ("node-d", plain(0)),
+        ];
+        let rest: Vec<(&str, Standing)> = all.iter().copied().filter(|c| c.0 != "node-a").collect();
+        let (mut owned_by_a, mut moved) = (0, 0);
+        for i in 0..1000 {
+            let before = owner_by_standing(v4(i), all).unwrap();
+            let after = owner_by_standing(v4(i), rest.iter().copied()).unwrap();
+            if before == "node-a" {
+                owned_by_a += 1;
+                // To the runner-up: here the other node of the same weight.
+                assert_eq!(after, "node-b");
+            }
+            if before != after {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, owned_by_a);
+        assert!((400..600).contains(&owned_by_a), "{owned_by_a}");
+    }
+
+    #[test]
+    fn a_held_preferred_node_ranks_below_every_settled_node_but_still_owns_when_alone() {
+        for i in 0..200 {
+            let held = Standing::new(100, true);
+            let cands = [("node-a", held), ("node-b", plain(0)), ("node-c", plain(0))];
+            assert_ne!(owner_by_standing(v4(i), cands), Some("node-a"));
+            assert_eq!(ranking_by_standing(v4(i), cands)[2], "node-a");
+            assert_eq!(owner_by_standing(v4(i), [("node-a", held)]), Some("node-a"));
+            // Between two held nodes, the preference still counts.
+            let both = [("node-a", held), ("node-b", Standing::new(5, true))];
+            assert_eq!(owner_by_standing(v4(i), both), Some("node-a"));
+        }
+    }
+
+    #[test]
+    fn a_node_without_preference_is_never_held() {
+        assert_eq!(Standing::new(0, true), Standing::PLAIN);
+        for i in 0..200 {
+            let a = ("node-a", Standing::new(0, true));
+            let b = ("node-b", Standing::PLAIN);
+            assert_eq!(
+                owner_by_standing(v4(i), [a, b]),
+                owner(v4(i), ["node-a", "node-b"])
+            );
+        }
     }
 
     proptest! {

@@ -2,7 +2,8 @@
 //! frame parsing and building (all pure), and the pnet responder shell that applies them.
 //!
 //! # Layout
-//! - [`election`]: which node owns an address (rendezvous hashing). Pure.
+//! - [`election`]: which node owns an address (preferences, then rendezvous hashing). Pure.
+//! - [`arrivals`]: when live speakers joined, for the preferred-node hold-down. Pure.
 //! - [`schedule`]: when to repeat gratuitous ARP / unsolicited NA after taking an address. Pure.
 //! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building. Pure.
 //! - [`filter`]: the BPF program that keeps other traffic in the kernel. Pure data.
@@ -20,6 +21,7 @@
 //! every REFRESH_INTERVAL: Responder::refresh(host interfaces) ─► Responder::interface_errors()
 //! ```
 //! Live speakers come from [`crate::membership`]; the election inside the planner uses them.
+pub mod arrivals;
 pub mod election;
 pub mod filter;
 pub mod frame;

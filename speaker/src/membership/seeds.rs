@@ -14,6 +14,10 @@ pub struct SpeakerPod {
     pub ip: Option<IpAddr>,
     /// The `Ready` condition is `True` and the Pod is not being deleted.
     pub ready: bool,
+    /// When the `Ready` condition last became `True` (while it is), in seconds since the Unix
+    /// epoch: every speaker reads the same value, so it dates a speaker's (re)start for the
+    /// preference hold-down ([`crate::l2::arrivals`]).
+    pub ready_since: Option<i64>,
 }
 
 /// Reads a speaker Pod; `None` when it is not scheduled yet.
@@ -23,13 +27,21 @@ pub fn speaker_pod(pod: &Pod) -> Option<SpeakerPod> {
     let ip = status
         .and_then(|s| s.pod_ip.as_deref())
         .and_then(|ip| ip.parse().ok());
-    let ready = pod.metadata.deletion_timestamp.is_none()
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-    Some(SpeakerPod { node, ip, ready })
+    let ready_condition = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = pod.metadata.deletion_timestamp.is_none() && ready_condition.is_some();
+    let ready_since = ready_condition
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second());
+    Some(SpeakerPod {
+        node,
+        ip,
+        ready,
+        ready_since,
+    })
 }
 
 /// Gossip seeds: every speaker Pod with an address, at the gossip `port`.

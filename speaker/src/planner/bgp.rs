@@ -303,6 +303,7 @@ mod tests {
             live_speakers: BTreeSet::from(["a".to_string(), "b".to_string()]),
             this_node: me.into(),
             unable: BTreeMap::new(),
+            hold_down: Default::default(),
         }
     }
 

@@ -131,6 +131,14 @@ pub fn l2_advertisement_info(adv: &L2Advertisement) -> L2AdvertisementInfo {
         pool_selectors: adv.spec.ip_address_pool_selectors.clone(),
         node_selectors: adv.spec.node_selectors.clone(),
         interfaces: adv.spec.interfaces.clone(),
+        // The schema keeps weights within 1..=100; anything else (an object written before
+        // the schema had the rule) counts as the nearest bound.
+        preferred: adv
+            .spec
+            .preferred_node_selectors
+            .iter()
+            .map(|p| (p.weight.clamp(1, 100) as u32, p.preference.clone()))
+            .collect(),
     }
 }
 

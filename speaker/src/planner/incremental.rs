@@ -15,7 +15,10 @@
 //! - A Service or EndpointSlice change: that Service's addresses; each address costs one score
 //!   per candidate node (for `externalTrafficPolicy: Local`, per node with a local endpoint).
 //! - A live-set change: one score per address and joining node, plus the full decision for the
-//!   addresses a leaving node owned.
+//!   addresses a leaving node owned, and for every address of a pool whose advertisements carry
+//!   preferences.
+//! - A node entering or leaving its preference hold-down: every address of a pool whose
+//!   advertisements carry preferences.
 //! - A configuration or Node change: everything (rare; pools, advertisements and node labels
 //!   decide every address).
 
@@ -27,11 +30,11 @@ use ipnet::IpNet;
 use super::NotAnnounced;
 use super::bgp::{BgpNode, ServiceRoutes, merge_routes, service_routes};
 use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce};
-use super::input::{L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
+use super::input::{HoldDown, L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
 use super::l2::Interfaces;
 use crate::bgp::config::{Advertisement, RouteAttrs};
 use crate::cluster::{Changes, Cluster};
-use crate::l2::election;
+use crate::l2::election::{self, Standing};
 
 /// Addresses a node owns but cannot answer for (no usable interface), by node: such a node is
 /// not a candidate for them.
@@ -54,6 +57,10 @@ pub struct Decision {
 struct PoolCandidates {
     advertisements: Vec<usize>,
     nodes: BTreeSet<String>,
+    /// Some advertisement covering the pool carries preferences.
+    preferential: bool,
+    /// The candidates' preference scores, for those above zero.
+    scores: HashMap<String, u32>,
 }
 
 /// What one [`L2Tracker::update`] changed.
@@ -67,6 +74,8 @@ pub struct L2Update {
     pub services: BTreeSet<ServiceKey>,
     /// Addresses decided again.
     pub decided: usize,
+    /// When a hold-down ends: call [`L2Tracker::update`] again then.
+    pub recompute_at: Option<std::time::Instant>,
 }
 
 /// The layer-2 plan, kept up to date.
@@ -78,6 +87,11 @@ pub struct L2Tracker {
     pools: HashMap<String, PoolCandidates>,
     live: BTreeSet<String>,
     unable: Unable,
+    /// Nodes held down at the previous update.
+    held: BTreeSet<String>,
+    /// Addresses of pools whose advertisements carry preferences: decided again on any change
+    /// of the live set or of who is held.
+    preferential: HashSet<IpAddr>,
     initialised: bool,
 }
 
@@ -102,18 +116,21 @@ impl L2Tracker {
         self.decisions.iter()
     }
 
-    /// Brings the plan in line with `cluster` after `changes`, the live speakers and the
-    /// addresses nodes reported they cannot answer for.
+    /// Brings the plan in line with `cluster` after `changes`, the live speakers, the
+    /// addresses nodes reported they cannot answer for and who is in the preference hold-down.
     pub fn update(
         &mut self,
         cluster: &Cluster,
         changes: &Changes,
         live: &BTreeSet<String>,
         unable: &Unable,
+        hold_down: &HoldDown,
     ) -> L2Update {
         let full = !self.initialised || changes.config;
         let live_changed = *live != self.live;
         let unable_changed = *unable != self.unable;
+        let held = hold_down.held_nodes();
+        let held_changed = held != self.held;
         let mut affected: HashSet<IpAddr> = HashSet::new();
         if full {
             affected.extend(cluster.addresses());
@@ -141,6 +158,9 @@ impl L2Tracker {
                     }
                 }
             }
+            if live_changed || held_changed {
+                affected.extend(self.preferential.iter().copied());
+            }
             if unable_changed {
                 let nodes: BTreeSet<&String> = self.unable.keys().chain(unable.keys()).collect();
                 let empty = BTreeSet::new();
@@ -156,6 +176,7 @@ impl L2Tracker {
             self.unable = unable.clone();
             self.pools = pool_candidates(cluster, live);
         }
+        self.held = held;
         self.initialised = true;
         for key in &changes.services {
             match cluster.service_info(key) {
@@ -175,11 +196,17 @@ impl L2Tracker {
         }
         let mut out = L2Update {
             decided: affected.len(),
+            recompute_at: hold_down.next_expiry(),
             ..L2Update::default()
         };
         let me = cluster.scope().this_node.as_str();
         for ip in affected {
-            let new = self.decide(cluster, ip);
+            let (new, preferential) = self.decide(cluster, ip);
+            if preferential {
+                self.preferential.insert(ip);
+            } else {
+                self.preferential.remove(&ip);
+            }
             let old = match &new {
                 Some(d) => self.decisions.insert(ip, d.clone()),
                 None => self.decisions.remove(&ip),
@@ -209,13 +236,15 @@ impl L2Tracker {
         out
     }
 
-    fn decide(&self, cluster: &Cluster, ip: IpAddr) -> Option<Decision> {
+    /// The decision for `ip` (none when no Service holds it), and whether its pool carries
+    /// preferences.
+    fn decide(&self, cluster: &Cluster, ip: IpAddr) -> (Option<Decision>, bool) {
         let services: Vec<ServiceInfo> = cluster
             .services_at(ip)
             .filter_map(|k| cluster.service_info(k))
             .collect();
         if services.is_empty() {
-            return None;
+            return (None, false);
         }
         let mut d = Decision {
             services: services.iter().map(|s| s.key.clone()).collect(),
@@ -224,20 +253,21 @@ impl L2Tracker {
         };
         let config = cluster.config();
         let Some(pool) = config.pools.iter().find(|p| p.contains(ip)) else {
-            return Some(d);
+            return (Some(d), false);
         };
         let candidates = self.pools.get(&pool.name);
         let Some(pc) = candidates.filter(|pc| !pc.advertisements.is_empty()) else {
             d.owner = Err(NotAnnounced::NoMatchingAdvertisement);
-            return Some(d);
+            return (Some(d), false);
         };
+        let preferential = pc.preferential;
         let serving: Vec<&ServiceInfo> = services
             .iter()
             .filter(|s| has_usable_endpoints(s))
             .collect();
         if serving.is_empty() {
             d.owner = Err(NotAnnounced::NoReadyEndpoints);
-            return Some(d);
+            return (Some(d), preferential);
         }
         // With `externalTrafficPolicy: Local`, only nodes with a usable endpoint of every such
         // Service on the address: walk those (few) instead of every node.
@@ -257,16 +287,31 @@ impl L2Tracker {
                 && local_sets.iter().all(|s| s.contains(n))
                 && !self.unable.get(n).is_some_and(|u| u.contains(&ip))
         };
+        let standing = |n: &str| {
+            let preference = pc.scores.get(n).copied().unwrap_or(0);
+            Standing::new(preference, self.held.contains(n))
+        };
         let owner = match local_sets.iter().min_by_key(|s| s.len()) {
-            Some(smallest) => election::owner(ip, smallest.iter().copied().filter(|n| allowed(n))),
-            None => election::owner(
+            Some(smallest) => election::owner_by_standing(
                 ip,
-                pc.nodes.iter().map(String::as_str).filter(|n| allowed(n)),
+                smallest
+                    .iter()
+                    .copied()
+                    .filter(|n| allowed(n))
+                    .map(|n| (n, standing(n))),
+            ),
+            None => election::owner_by_standing(
+                ip,
+                pc.nodes
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| allowed(n))
+                    .map(|n| (n, standing(n))),
             ),
         };
         let Some(owner) = owner else {
             d.owner = Err(NotAnnounced::NoEligibleNode);
-            return Some(d);
+            return (Some(d), preferential);
         };
         if owner == cluster.scope().this_node {
             let advs: Vec<&L2AdvertisementInfo> =
@@ -274,7 +319,7 @@ impl L2Tracker {
             d.interfaces = owner_interfaces(&advs, cluster.nodes().get(owner));
         }
         d.owner = Ok(owner.to_owned());
-        Some(d)
+        (Some(d), preferential)
     }
 }
 
@@ -282,9 +327,10 @@ fn is_mine(d: &Decision, me: &str) -> bool {
     d.owner.as_deref() == Ok(me)
 }
 
-/// Whether `challenger` would win `ip` over `owner` (the election's order).
+/// Whether `challenger` would win `ip` over `owner` when neither has preferences (addresses
+/// of pools with preferences are decided again on every live-set change).
 fn outranks(challenger: &str, owner: &str, ip: IpAddr) -> bool {
-    election::owner(ip, [challenger, owner]) == Some(challenger) && challenger != owner
+    election::outranks(ip, (challenger, Standing::PLAIN), (owner, Standing::PLAIN))
 }
 
 fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String, PoolCandidates> {
@@ -306,16 +352,34 @@ fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String
                     && advertisements.iter().any(|i| config.l2[*i].selects_node(n))
                     && live.contains(&n.name)
             };
-            let nodes = nodes
+            let nodes: BTreeSet<String> = nodes
                 .values()
                 .filter(|n| eligible(n))
                 .map(|n| n.name.clone())
                 .collect();
+            let preferential = advertisements
+                .iter()
+                .any(|i| !config.l2[*i].preferred.is_empty());
+            let mut scores = HashMap::new();
+            if preferential {
+                for name in &nodes {
+                    let node = &cluster.nodes()[name];
+                    let score = advertisements
+                        .iter()
+                        .map(|i| config.l2[*i].preference(node))
+                        .fold(0, u32::saturating_add);
+                    if score > 0 {
+                        scores.insert(name.clone(), score);
+                    }
+                }
+            }
             (
                 pool.name.clone(),
                 PoolCandidates {
                     advertisements,
                     nodes,
+                    preferential,
+                    scores,
                 },
             )
         })

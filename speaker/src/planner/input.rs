@@ -4,6 +4,7 @@ use ferrolb_api::validate::AddressRange;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 pub use ferrolb_api::service::ServiceKey;
 
@@ -88,6 +89,8 @@ pub struct L2AdvertisementInfo {
     pub node_selectors: Vec<LabelSelector>,
     /// `spec.interfaces`.
     pub interfaces: Vec<String>,
+    /// `spec.preferredNodeSelectors`, as (weight, preference).
+    pub preferred: Vec<(u32, LabelSelector)>,
 }
 
 impl L2AdvertisementInfo {
@@ -110,6 +113,64 @@ impl L2AdvertisementInfo {
         self.node_selectors.is_empty()
             || ferrolb_api::selector::any_matches(&self.node_selectors, &node.labels)
     }
+
+    /// What the advertisement adds to `node`'s preference score: the sum of the weights of the
+    /// preferences it matches (an empty selector matches every node), and nothing for a node
+    /// its `nodeSelectors` do not select (preferences only rank nodes it already allows).
+    pub fn preference(&self, node: &NodeInfo) -> u32 {
+        if self.preferred.is_empty() || !self.selects_node(node) {
+            return 0;
+        }
+        self.preferred
+            .iter()
+            .filter(|(_, s)| ferrolb_api::selector::matches(s, &node.labels))
+            .map(|(w, _)| *w)
+            .fold(0, u32::saturating_add)
+    }
+}
+
+/// Which live nodes are still in their preference hold-down, and until when.
+///
+/// A node that (re)joined the live set less than `duration` ago does not yet count its
+/// preferences: see [`crate::l2::election::Standing`]. The shell fills it from its record of
+/// arrivals ([`crate::l2::arrivals::Arrivals`]); the default holds nobody.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HoldDown {
+    /// The planner's present (`None`: nobody is held).
+    pub now: Option<Instant>,
+    /// When nodes joined the live set, for those that joined recently (others are absent).
+    pub live_since: BTreeMap<String, Instant>,
+    /// How long a node must have been live before its preferences count.
+    pub duration: Duration,
+}
+
+impl HoldDown {
+    /// Whether `node` is still held at [`HoldDown::now`].
+    pub fn held(&self, node: &str) -> bool {
+        match (self.now, self.live_since.get(node)) {
+            (Some(now), Some(since)) => now < *since + self.duration,
+            _ => false,
+        }
+    }
+
+    /// The nodes held at [`HoldDown::now`].
+    pub fn held_nodes(&self) -> BTreeSet<String> {
+        self.live_since
+            .keys()
+            .filter(|n| self.held(n))
+            .cloned()
+            .collect()
+    }
+
+    /// The next instant a held node's hold-down ends: plan again then.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        let now = self.now?;
+        self.live_since
+            .values()
+            .map(|since| *since + self.duration)
+            .filter(|end| *end > now)
+            .min()
+    }
 }
 
 /// Everything the planner looks at.
@@ -129,4 +190,6 @@ pub struct Snapshot {
     pub this_node: String,
     /// Addresses nodes reported they cannot answer for (no usable interface), by node.
     pub unable: BTreeMap<String, BTreeSet<IpAddr>>,
+    /// Nodes whose preferences do not count yet.
+    pub hold_down: HoldDown,
 }

@@ -8,14 +8,17 @@
 //!   pool selects it, it passes [`service_may_use`] for every Service on the address that has
 //!   usable endpoints (a shared address must reach every Service behind it), and its speaker is
 //!   live.
-//! - The owner is elected among candidates by [`crate::l2::election`], per address.
+//! - The owner is elected among candidates by [`crate::l2::election`], per address. A node's
+//!   preference score is the sum of [`L2AdvertisementInfo::preference`] over the advertisements
+//!   that cover the pool (MetalLB's rule: the weights of every applicable advertisement add up);
+//!   a preferred node still in its hold-down ([`super::HoldDown`]) ranks last.
 //! - Interfaces: the union of `interfaces` over the advertisements that cover the pool and select
 //!   the owner; any such advertisement without `interfaces` means the default choice
 //!   ([`Interfaces::BySubnet`]).
 
 use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce, service_may_use};
 use super::input::{L2AdvertisementInfo, ServiceInfo, ServiceKey, Snapshot};
-use crate::l2::election;
+use crate::l2::election::{self, Standing};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
@@ -86,6 +89,8 @@ pub struct L2Plan {
     pub addresses: BTreeMap<IpAddr, AddressPlan>,
     /// The addresses this node owns, with where to answer for them.
     pub owned: BTreeMap<IpAddr, Interfaces>,
+    /// When a hold-down ends and the plan must be computed again, if ever.
+    pub recompute_at: Option<std::time::Instant>,
 }
 
 /// Computes the layer-2 plan.
@@ -99,7 +104,10 @@ pub fn plan_l2(snapshot: &Snapshot) -> L2Plan {
             }
         }
     }
-    let mut plan = L2Plan::default();
+    let mut plan = L2Plan {
+        recompute_at: snapshot.hold_down.next_expiry(),
+        ..L2Plan::default()
+    };
     for (ip, mut services) in by_address {
         services.sort_by(|a, b| a.key.cmp(&b.key));
         let decision = plan_address(snapshot, ip, &services);
@@ -171,13 +179,13 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
             Ok(())
         })();
         match verdict {
-            Ok(()) => candidates.push(name),
+            Ok(()) => candidates.push((name, standing(snapshot, &advs, name))),
             Err(why) => {
                 out.not_eligible.insert(name.to_owned(), why);
             }
         }
     }
-    out.candidates = election::ranking(ip, candidates)
+    out.candidates = election::ranking_by_standing(ip, candidates)
         .into_iter()
         .map(str::to_owned)
         .collect();
@@ -188,4 +196,14 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
     out.interfaces = super::incremental::owner_interfaces(&advs, snapshot.nodes.get(&owner));
     out.owner = Ok(owner);
     out
+}
+
+/// `name`'s standing for an address whose pool `advs` cover.
+fn standing(snapshot: &Snapshot, advs: &[&L2AdvertisementInfo], name: &str) -> Standing {
+    let preference = snapshot.nodes.get(name).map_or(0, |node| {
+        advs.iter()
+            .map(|a| a.preference(node))
+            .fold(0, u32::saturating_add)
+    });
+    Standing::new(preference, snapshot.hold_down.held(name))
 }

@@ -18,9 +18,12 @@ pub mod l2;
 
 pub use eligibility::NotEligible;
 pub use input::{
-    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot,
+    EndpointInfo, HoldDown, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
+    Snapshot,
 };
 pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
 
+#[cfg(test)]
+mod preference_tests;
 #[cfg(test)]
 mod tests;

@@ -75,6 +75,7 @@ fn cluster(this: &str, services: Vec<ServiceInfo>) -> Snapshot {
         live_speakers: NODES.iter().map(|n| (*n).to_string()).collect(),
         this_node: this.into(),
         unable: BTreeMap::new(),
+        hold_down: Default::default(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! ```text
 //!  Cluster (watch events) ─► take_changes ─┬─► L2Tracker ─► Responder::set_owned ─► ARP/NDP
 //!  gossip live set, unable addresses ──────┤
+//!  Arrivals (live since: hold-down) ───────┤
 //!                                          └─► BgpTracker ─► BgpSpeaker::set_advertisements
 //!                  Speaker::sync ──► StatusQueue (status task), EventQueue (Event task), metrics
 //! ```
@@ -29,6 +30,7 @@ use tracing::{debug, info, warn};
 use crate::bgp::config::{Advertisement, PeerConfig, PeerId};
 use crate::bgp::{BgpSpeaker, State};
 use crate::cluster::{Changes, Cluster};
+use crate::l2::arrivals::Arrivals;
 use crate::l2::iface::{self, InterfaceInfo};
 use crate::l2::responder::Responder;
 use crate::planner::ServiceKey;
@@ -53,6 +55,9 @@ pub struct Settings {
     /// How long ARP/NDP answers go on for the addresses this node gives up when it leaves:
     /// on SIGTERM ([`Speaker::shutdown`]) and when its Node gets the exclusion label.
     pub l2_handover: std::time::Duration,
+    /// How long a node that joins the live set must stay live before its
+    /// `preferredNodeSelectors` count ([`crate::l2::arrivals::DEFAULT_HOLD_DOWN`]).
+    pub l2_preference_hold_down: std::time::Duration,
 }
 
 /// What one [`Speaker::sync`] did, for logs and tests.
@@ -106,6 +111,13 @@ pub struct Speaker {
     /// Addresses given up because this node was excluded, still answered until the instant
     /// (the others take them over and announce them meanwhile, as on SIGTERM).
     handing_over: BTreeMap<IpAddr, std::time::Instant>,
+    /// When live speakers joined, for the preference hold-down.
+    arrivals: Arrivals,
+    /// When speaker Pods became ready (Kubernetes' dates as instants), and the
+    /// [`Cluster::speakers_version`] they were read at.
+    ready_since: (u64, BTreeMap<String, std::time::Instant>),
+    /// When the next preference hold-down ends.
+    hold_down_ends: Option<std::time::Instant>,
 }
 
 impl Speaker {
@@ -118,6 +130,7 @@ impl Speaker {
         events: Arc<EventQueue>,
     ) -> Self {
         let responder = settings.enable_l2.then(Responder::new);
+        let arrivals = Arrivals::new(settings.node.clone(), settings.l2_preference_hold_down);
         let bgp = settings.enable_bgp.then(BgpSpeaker::new);
         Self {
             settings,
@@ -147,6 +160,9 @@ impl Speaker {
             session_report: tokio::sync::watch::Sender::new(None),
             excluded_since: None,
             handing_over: BTreeMap::new(),
+            arrivals,
+            ready_since: (u64::MAX, BTreeMap::new()),
+            hold_down_ends: None,
         }
     }
 
@@ -181,7 +197,17 @@ impl Speaker {
             if changes.config {
                 self.note_exclusion(cluster);
             }
-            self.end_handovers(std::time::Instant::now());
+            let now = std::time::Instant::now();
+            self.end_handovers(now);
+            self.arrivals.observe(now, live);
+            if self.ready_since.0 != cluster.speakers_version() {
+                self.ready_since = (
+                    cluster.speakers_version(),
+                    pods_ready_since(cluster, now, std::time::SystemTime::now()),
+                );
+            }
+            let hold_down = self.arrivals.hold_down(now, &self.ready_since.1);
+            self.hold_down_ends = hold_down.next_expiry();
             let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
             if let Some(h) = host {
                 if let Some(r) = &self.responder {
@@ -208,7 +234,7 @@ impl Speaker {
                 if !self.unable_here.is_empty() {
                     unable.insert(self.settings.node.clone(), self.unable_here.clone());
                 }
-                let u = self.l2.update(cluster, &changes, live, &unable);
+                let u = self.l2.update(cluster, &changes, live, &unable, &hold_down);
                 out.decided += u.decided;
                 out.owned_changed |= u.owned_changed;
                 touched.extend(u.services);
@@ -411,9 +437,11 @@ impl Speaker {
         }
     }
 
-    /// When [`Speaker::sync`] should run again at the latest (a handover ends), if ever.
+    /// When [`Speaker::sync`] should run again at the latest (a handover or a preference
+    /// hold-down ends), if ever.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.handing_over.values().min().copied()
+        let hold_down = self.responder.as_ref().and(self.hold_down_ends);
+        self.handing_over.values().copied().chain(hold_down).min()
     }
 
     /// Logs interfaces that started or stopped failing and interfaces reopened, and exports
@@ -794,6 +822,29 @@ impl MemberState {
     }
 }
 
+/// When each node's speaker Pod became ready, as instants of this process's clock (`now` and
+/// `wall` are the same moment); a date in the future (clock skew) counts as `now`, one older
+/// than this host's clock can express is left out (it holds nothing).
+fn pods_ready_since(
+    cluster: &Cluster,
+    now: std::time::Instant,
+    wall: std::time::SystemTime,
+) -> BTreeMap<String, std::time::Instant> {
+    let wall_secs = wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    cluster
+        .speaker_pods()
+        .filter(|p| p.ready)
+        .filter_map(|p| {
+            let ago = u64::try_from(wall_secs - p.ready_since?).unwrap_or(0);
+            // Before this host's clock can say: long ago, holds nothing.
+            let at = now.checked_sub(std::time::Duration::from_secs(ago))?;
+            Some((p.node.clone(), at))
+        })
+        .collect()
+}
+
 /// Addresses carried over gossip at most (keeps the state within one datagram).
 pub const MAX_UNABLE: usize = 10;
 
@@ -836,6 +887,49 @@ fn malformed_series(peer: &str, st: &crate::bgp::PeerStatus) -> Vec<(MalformedLa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn speaker_pods_ready_dates_become_instants_and_unready_pods_count_for_nothing() {
+        let mut cluster = Cluster::new(crate::cluster::Scope {
+            this_node: "node-a".into(),
+            class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+            ignore_unclassed: false,
+        });
+        let pod = |name: &str, node: &str, status: &str, at: &str| {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ferrolb-system"},
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at}]}
+            }))
+            .unwrap()
+        };
+        cluster.speaker_pod(crate::cluster::Update::Apply(pod(
+            "s-a",
+            "node-a",
+            "True",
+            "2026-01-01T00:00:00Z",
+        )));
+        cluster.speaker_pod(crate::cluster::Update::Apply(pod(
+            "s-b",
+            "node-b",
+            "False",
+            "2026-01-01T00:00:00Z",
+        )));
+        let now = std::time::Instant::now();
+        let wall = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_610);
+        let ready = pods_ready_since(&cluster, now, wall);
+        assert_eq!(
+            ready.get("node-a").map(|t| now - *t),
+            Some(std::time::Duration::from_secs(10))
+        );
+        assert!(!ready.contains_key("node-b"));
+        // A date ahead of this host's clock counts as now.
+        let early = wall - std::time::Duration::from_secs(60);
+        assert_eq!(
+            pods_ready_since(&cluster, now, early).get("node-a"),
+            Some(&now)
+        );
+    }
 
     #[test]
     fn member_states_survive_the_gossip_encoding_and_garbage_reads_as_the_default() {

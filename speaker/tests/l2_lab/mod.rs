@@ -217,6 +217,11 @@ impl Lab {
     /// Starts node `i`'s probe in gossip mode: it owns what the election gives it among the
     /// live speakers of the lab, all sharing one key. `candidates` are the Service addresses.
     pub fn start_gossip_probe(&mut self, i: usize, candidates: &[String]) {
+        self.start_gossip_probe_with(i, candidates, &[]);
+    }
+
+    /// [`Lab::start_gossip_probe`] with more `l2-probe` flags (`--prefer`, `--hold-down-ms`).
+    pub fn start_gossip_probe_with(&mut self, i: usize, candidates: &[String], flags: &[String]) {
         let key = self.dir.join("gossip.key");
         if !key.exists() {
             std::fs::write(&key, b"lab gossip key, 32 bytes long...").unwrap();
@@ -233,6 +238,7 @@ impl Lab {
             args.push("--peer".into());
             args.push(format!("{name}@{}:7946", self.node_ip(j)));
         }
+        args.extend(flags.iter().cloned());
         args.extend(candidates.iter().cloned());
         self.start_probe_with(i, &args, false);
     }

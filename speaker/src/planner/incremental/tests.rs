@@ -8,6 +8,7 @@ use crate::planner::bgp::plan_bgp;
 use crate::planner::plan_l2;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
 
 const NODES: [&str; 6] = ["node-a", "node-b", "node-c", "node-d", "node-e", "node-f"];
 
@@ -17,6 +18,7 @@ struct World {
     bgp: BgpTracker,
     live: BTreeSet<String>,
     unable: Unable,
+    hold_down: HoldDown,
 }
 
 impl World {
@@ -40,22 +42,28 @@ impl World {
             bgp: BgpTracker::new(),
             live: NODES.iter().map(|n| n.to_string()).collect(),
             unable: Unable::new(),
+            hold_down: HoldDown::default(),
         }
     }
 
     fn step(&mut self) -> (L2Update, BgpUpdate) {
         let changes = self.cluster.take_changes();
-        let l2 = self
-            .l2
-            .update(&self.cluster, &changes, &self.live, &self.unable);
+        let l2 = self.l2.update(
+            &self.cluster,
+            &changes,
+            &self.live,
+            &self.unable,
+            &self.hold_down,
+        );
         let bgp = self.bgp.update(&self.cluster, &changes);
         (l2, bgp)
     }
 
     fn check(&self, context: &str) {
-        let snap = self
+        let mut snap = self
             .cluster
             .snapshot(self.live.clone(), self.unable.clone());
+        snap.hold_down = self.hold_down.clone();
         let want = plan_l2(&snap);
         assert_eq!(self.l2.owned(), &want.owned, "{context}: owned addresses");
         for (ip, plan) in &want.addresses {
@@ -197,6 +205,115 @@ fn the_kept_plans_equal_the_reference_plans_after_every_random_change() {
             w.check(&format!("seed {seed} step {i} ({what}) on {me}"));
         }
     }
+}
+
+/// A change of preferences or of who is in the hold-down; time moves on by a few seconds.
+fn random_preference_change(w: &mut World, rng: &mut StdRng, t0: Instant) -> String {
+    let node_name = NODES[rng.random_range(0..NODES.len())];
+    let now = w.hold_down.now.unwrap_or(t0) + Duration::from_secs(rng.random_range(0..12));
+    w.hold_down.now = Some(now);
+    w.hold_down.duration = Duration::from_secs(30);
+    match rng.random_range(0..100) {
+        0..35 => {
+            let rack = if rng.random_bool(0.5) { "1" } else { "2" };
+            let weight = rng.random_range(1..=100);
+            let pools: &[&str] = if rng.random_bool(0.5) { &["v4"] } else { &[] };
+            let selectors = if rng.random_bool(0.3) {
+                serde_json::json!([{"matchLabels": {"rack": "1"}}])
+            } else {
+                serde_json::json!([])
+            };
+            let adv = serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "ferrolb-system", "name": "prefer"},
+                "spec": {"ipAddressPools": pools, "nodeSelectors": selectors,
+                         "preferredNodeSelectors": [{"weight": weight, "preference": {"matchLabels": {"rack": rack}}}]},
+            }))
+            .unwrap();
+            w.cluster.l2_advertisement(Update::Apply(adv));
+            format!("prefer rack {rack} weight {weight} pools {pools:?} selectors {selectors}")
+        }
+        35..45 => {
+            w.cluster
+                .l2_advertisement(Update::Delete(l2_advertisement("prefer", &[], None)));
+            "no preference".into()
+        }
+        45..75 => {
+            w.hold_down.live_since.insert(node_name.into(), now);
+            format!("{node_name} held from {:?}", now - t0)
+        }
+        _ => format!("time {:?}", now - t0),
+    }
+}
+
+#[test]
+fn the_kept_plans_equal_the_reference_plans_with_preferences_and_hold_downs() {
+    for seed in 0..30u64 {
+        let t0 = Instant::now();
+        let mut rng = StdRng::seed_from_u64(1000 + seed);
+        let me = NODES[(seed as usize) % NODES.len()];
+        let mut w = World::new(me);
+        w.step();
+        for i in 0..150 {
+            let what = if rng.random_bool(0.35) {
+                random_preference_change(&mut w, &mut rng, t0)
+            } else {
+                random_change(&mut w, &mut rng)
+            };
+            let (l2, _) = w.step();
+            assert_eq!(l2.recompute_at, w.hold_down.next_expiry());
+            w.check(&format!("seed {seed} step {i} ({what}) on {me}"));
+        }
+    }
+}
+
+#[test]
+fn a_hold_down_that_ends_gives_the_preferred_node_its_addresses_back() {
+    let t0 = Instant::now();
+    let mut w = World::new("node-a");
+    w.cluster
+        .node(Update::Apply(node("node-c", &[("rack", "2")])));
+    let adv = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "ferrolb-system", "name": "prefer"},
+        "spec": {"preferredNodeSelectors": [{"weight": 10, "preference": {"matchLabels": {"rack": "2"}}}]},
+    }))
+    .unwrap();
+    w.cluster.l2_advertisement(Update::Apply(adv));
+    for i in 0..14 {
+        let ip = format!("10.0.0.{i}");
+        w.cluster.service(Update::Apply(service(
+            "default",
+            &format!("s{i}"),
+            &[&ip],
+            false,
+        )));
+        w.cluster.slice(Update::Apply(slice(
+            "default",
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            &[("node-b", true)],
+        )));
+    }
+    w.hold_down = HoldDown {
+        now: Some(t0),
+        live_since: [("node-c".to_string(), t0)].into(),
+        duration: Duration::from_secs(30),
+    };
+    let (l2, _) = w.step();
+    assert_eq!(l2.recompute_at, Some(t0 + Duration::from_secs(30)));
+    assert!(
+        w.l2.decisions()
+            .all(|(_, d)| d.owner.as_deref() != Ok("node-c"))
+    );
+    w.check("node-c held");
+    w.hold_down.now = Some(t0 + Duration::from_secs(30));
+    let (l2, _) = w.step();
+    assert_eq!(l2.decided, 14);
+    assert_eq!(l2.recompute_at, None);
+    assert!(
+        w.l2.decisions()
+            .all(|(_, d)| d.owner.as_deref() == Ok("node-c"))
+    );
+    w.check("node-c settled");
 }
 
 #[test]
