@@ -26,9 +26,9 @@ use ipnet::IpNet;
 
 use super::NotAnnounced;
 use super::bgp::{BgpNode, ServiceRoutes, merge_routes, service_routes};
-use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce};
+use super::eligibility::{NotEligible, node_may_announce};
 use super::input::{L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
-use super::l2::Interfaces;
+use super::l2::{Interfaces, applying};
 use crate::bgp::config::{Advertisement, RouteAttrs};
 use crate::cluster::{Changes, Cluster};
 use crate::l2::election;
@@ -49,11 +49,14 @@ pub struct Decision {
 }
 
 /// Candidates of one pool: the nodes that may announce, are selected by an advertisement
-/// covering the pool, are live, and what the pool's advertisements are.
+/// covering the pool, are live, and what the pool's advertisements are. When some of those
+/// advertisements have `serviceSelectors` (so not all of them apply to every address), also
+/// the candidates of each one.
 #[derive(Debug, Default)]
 struct PoolCandidates {
     advertisements: Vec<usize>,
     nodes: BTreeSet<String>,
+    per_advertisement: Option<Vec<BTreeSet<String>>>,
 }
 
 /// What one [`L2Tracker::update`] changed.
@@ -226,19 +229,36 @@ impl L2Tracker {
         let Some(pool) = config.pools.iter().find(|p| p.contains(ip)) else {
             return Some(d);
         };
-        let candidates = self.pools.get(&pool.name);
-        let Some(pc) = candidates.filter(|pc| !pc.advertisements.is_empty()) else {
+        let Some(pc) = self.pools.get(&pool.name) else {
             d.owner = Err(NotAnnounced::NoMatchingAdvertisement);
             return Some(d);
         };
-        let serving: Vec<&ServiceInfo> = services
-            .iter()
-            .filter(|s| has_usable_endpoints(s))
-            .collect();
-        if serving.is_empty() {
-            d.owner = Err(NotAnnounced::NoReadyEndpoints);
-            return Some(d);
-        }
+        let covering: Vec<&L2AdvertisementInfo> =
+            pc.advertisements.iter().map(|i| &config.l2[*i]).collect();
+        let held: Vec<&ServiceInfo> = services.iter().collect();
+        let applying = match applying(&covering, &held) {
+            Ok(a) => a,
+            Err(why) => {
+                d.owner = Err(why);
+                return Some(d);
+            }
+        };
+        let serving = &applying.serving;
+        // With serviceSelectors, only the nodes of the advertisements that apply.
+        let some_nodes: Option<BTreeSet<&str>> = match &pc.per_advertisement {
+            Some(per) if applying.advertisements.len() < covering.len() => Some(
+                applying
+                    .advertisements
+                    .iter()
+                    .flat_map(|i| per[*i].iter().map(String::as_str))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let in_pool = |n: &str| match &some_nodes {
+            Some(nodes) => nodes.contains(n),
+            None => pc.nodes.contains(n),
+        };
         // With `externalTrafficPolicy: Local`, only nodes with a usable endpoint of every such
         // Service on the address: walk those (few) instead of every node.
         let local_sets: Vec<BTreeSet<&str>> = serving
@@ -253,13 +273,18 @@ impl L2Tracker {
             })
             .collect();
         let allowed = |n: &str| {
-            pc.nodes.contains(n)
+            in_pool(n)
                 && local_sets.iter().all(|s| s.contains(n))
                 && !self.unable.get(n).is_some_and(|u| u.contains(&ip))
         };
-        let owner = match local_sets.iter().min_by_key(|s| s.len()) {
-            Some(smallest) => election::owner(ip, smallest.iter().copied().filter(|n| allowed(n))),
-            None => election::owner(
+        let owner = match (local_sets.iter().min_by_key(|s| s.len()), &some_nodes) {
+            (Some(smallest), _) => {
+                election::owner(ip, smallest.iter().copied().filter(|n| allowed(n)))
+            }
+            (None, Some(nodes)) => {
+                election::owner(ip, nodes.iter().copied().filter(|n| allowed(n)))
+            }
+            (None, None) => election::owner(
                 ip,
                 pc.nodes.iter().map(String::as_str).filter(|n| allowed(n)),
             ),
@@ -269,8 +294,11 @@ impl L2Tracker {
             return Some(d);
         };
         if owner == cluster.scope().this_node {
-            let advs: Vec<&L2AdvertisementInfo> =
-                pc.advertisements.iter().map(|i| &config.l2[*i]).collect();
+            let advs: Vec<&L2AdvertisementInfo> = applying
+                .advertisements
+                .iter()
+                .map(|i| covering[*i])
+                .collect();
             d.interfaces = owner_interfaces(&advs, cluster.nodes().get(owner));
         }
         d.owner = Ok(owner.to_owned());
@@ -306,16 +334,34 @@ fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String
                     && advertisements.iter().any(|i| config.l2[*i].selects_node(n))
                     && live.contains(&n.name)
             };
-            let nodes = nodes
+            let nodes: BTreeSet<String> = nodes
                 .values()
                 .filter(|n| eligible(n))
                 .map(|n| n.name.clone())
                 .collect();
+            let selective = advertisements
+                .iter()
+                .any(|i| !config.l2[*i].service_selectors.is_empty());
+            let per_advertisement = selective.then(|| {
+                advertisements
+                    .iter()
+                    .map(|i| {
+                        let adv = &config.l2[*i];
+                        let node_of = |n: &String| cluster.nodes().get(n);
+                        nodes
+                            .iter()
+                            .filter(|n| node_of(n).is_some_and(|n| adv.selects_node(n)))
+                            .cloned()
+                            .collect()
+                    })
+                    .collect()
+            });
             (
                 pool.name.clone(),
                 PoolCandidates {
                     advertisements,
                     nodes,
+                    per_advertisement,
                 },
             )
         })

@@ -18,7 +18,8 @@ pub mod l2;
 
 pub use eligibility::NotEligible;
 pub use input::{
-    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot,
+    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey, ServiceLabels,
+    Snapshot,
 };
 pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
 
