@@ -46,6 +46,9 @@ pub struct Decision {
     pub owner: Result<String, NotAnnounced>,
     /// Where this node answers (meaningful only when it is the owner).
     pub interfaces: Interfaces,
+    /// Services holding it that no advertisement selects, when it is announced for others
+    /// ([`super::AddressPlan::not_selected`]).
+    pub not_selected: Vec<ServiceKey>,
 }
 
 /// Candidates of one pool: the nodes that may announce, are selected by an advertisement
@@ -224,6 +227,7 @@ impl L2Tracker {
             services: services.iter().map(|s| s.key.clone()).collect(),
             owner: Err(NotAnnounced::NotInAnyPool),
             interfaces: Interfaces::BySubnet,
+            not_selected: Vec::new(),
         };
         let config = cluster.config();
         let Some(pool) = config.pools.iter().find(|p| p.contains(ip)) else {
@@ -302,6 +306,7 @@ impl L2Tracker {
             d.interfaces = owner_interfaces(&advs, cluster.nodes().get(owner));
         }
         d.owner = Ok(owner.to_owned());
+        d.not_selected = applying.not_selected;
         Some(d)
     }
 }

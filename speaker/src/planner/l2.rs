@@ -88,6 +88,10 @@ pub struct AddressPlan {
     /// Every known node that is not a candidate, and why. Empty when the reason is the
     /// address's own ([`NotAnnounced`] other than `NoEligibleNode`).
     pub not_eligible: BTreeMap<String, NotEligible>,
+    /// Services holding the address that no advertisement covering its pool selects
+    /// (`serviceSelectors`), when the address is announced for others sharing it: their
+    /// traffic arrives all the same.
+    pub not_selected: Vec<ServiceKey>,
 }
 
 /// The layer-2 plan for the whole snapshot.
@@ -130,6 +134,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         owner: Err(NotAnnounced::NotInAnyPool),
         interfaces: Interfaces::BySubnet,
         not_eligible: BTreeMap::new(),
+        not_selected: Vec::new(),
     };
     let Some(pool) = snapshot.pools.iter().find(|p| p.contains(ip)) else {
         return out;
@@ -141,13 +146,16 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         .filter(|a| a.selects_pool(pool))
         .collect();
     let (advs, serving) = match applying(&covering, services) {
-        Ok(a) => (
-            a.advertisements
-                .iter()
-                .map(|i| covering[*i])
-                .collect::<Vec<_>>(),
-            a.serving,
-        ),
+        Ok(a) => {
+            out.not_selected = a.not_selected;
+            (
+                a.advertisements
+                    .iter()
+                    .map(|i| covering[*i])
+                    .collect::<Vec<_>>(),
+                a.serving,
+            )
+        }
         Err(why) => {
             out.owner = Err(why);
             return out;
@@ -194,6 +202,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         .collect();
     let Some(owner) = out.candidates.first().cloned() else {
         out.owner = Err(NotAnnounced::NoEligibleNode);
+        out.not_selected.clear();
         return out;
     };
     out.interfaces = super::incremental::owner_interfaces(&advs, snapshot.nodes.get(&owner));
@@ -209,6 +218,9 @@ pub(super) struct Applying<'s> {
     /// The Services on the address that an applying advertisement selects and that have a
     /// usable endpoint.
     pub serving: Vec<&'s ServiceInfo>,
+    /// The Services on the address that no covering advertisement selects: reachable through
+    /// it all the same, since the address is announced for the others.
+    pub not_selected: Vec<ServiceKey>,
 }
 
 /// The advertisements of `covering` (those covering the address's pool) that apply to an
@@ -222,11 +234,10 @@ pub(super) fn applying<'s>(
     if covering.is_empty() {
         return Err(NotAnnounced::NoMatchingAdvertisement);
     }
-    let selected: Vec<&'s ServiceInfo> = services
+    let (selected, not_selected): (Vec<&'s ServiceInfo>, Vec<&'s ServiceInfo>) = services
         .iter()
         .copied()
-        .filter(|s| covering.iter().any(|a| a.selects_service(s)))
-        .collect();
+        .partition(|s| covering.iter().any(|a| a.selects_service(s)));
     if selected.is_empty() {
         return Err(NotAnnounced::NoServiceSelected);
     }
@@ -246,5 +257,6 @@ pub(super) fn applying<'s>(
     Ok(Applying {
         advertisements,
         serving,
+        not_selected: not_selected.iter().map(|s| s.key.clone()).collect(),
     })
 }

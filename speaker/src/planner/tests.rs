@@ -618,6 +618,7 @@ fn a_shared_address_is_announced_when_one_of_its_services_is_selected() {
     let a = &plan.addresses[&ip("10.99.0.60")];
     assert_eq!(a.services.len(), 2, "both Services hold the address");
     assert_eq!(a.owner.as_deref(), Ok("node-c"));
+    assert_eq!(a.not_selected, [ServiceKey::new("default", "other")]);
     assert!(plan.owned.contains_key(&ip("10.99.0.60")));
 }
 

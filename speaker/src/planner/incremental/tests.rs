@@ -77,6 +77,10 @@ impl World {
                 .unwrap_or_else(|| panic!("{context}: {ip} undecided"));
             assert_eq!(got.owner, plan.owner, "{context}: owner of {ip}");
             assert_eq!(got.services, plan.services, "{context}: services of {ip}");
+            assert_eq!(
+                got.not_selected, plan.not_selected,
+                "{context}: Services not selected at {ip}"
+            );
         }
         assert_eq!(
             self.l2.decisions().count(),
