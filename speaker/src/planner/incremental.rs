@@ -46,9 +46,6 @@ pub struct Decision {
     pub owner: Result<String, NotAnnounced>,
     /// Where this node answers (meaningful only when it is the owner).
     pub interfaces: Interfaces,
-    /// Services holding it that no advertisement selects, when it is announced for others
-    /// ([`super::AddressPlan::not_selected`]).
-    pub not_selected: Vec<ServiceKey>,
 }
 
 /// Candidates of one pool: the nodes that may announce, are selected by an advertisement
@@ -79,6 +76,8 @@ pub struct L2Update {
 #[derive(Debug, Default)]
 pub struct L2Tracker {
     decisions: HashMap<IpAddr, Decision>,
+    /// Only for the (few) announced addresses held by a Service no advertisement selects.
+    not_selected: HashMap<IpAddr, Vec<ServiceKey>>,
     ips_of: HashMap<ServiceKey, Vec<IpAddr>>,
     owned: BTreeMap<IpAddr, Interfaces>,
     pools: HashMap<String, PoolCandidates>,
@@ -185,7 +184,13 @@ impl L2Tracker {
         };
         let me = cluster.scope().this_node.as_str();
         for ip in affected {
-            let new = self.decide(cluster, ip);
+            let mut not_selected = Vec::new();
+            let new = self.decide(cluster, ip, &mut not_selected);
+            if not_selected.is_empty() {
+                self.not_selected.remove(&ip);
+            } else {
+                self.not_selected.insert(ip, not_selected);
+            }
             let old = match &new {
                 Some(d) => self.decisions.insert(ip, d.clone()),
                 None => self.decisions.remove(&ip),
@@ -215,7 +220,19 @@ impl L2Tracker {
         out
     }
 
-    fn decide(&self, cluster: &Cluster, ip: IpAddr) -> Option<Decision> {
+    /// The Services holding `ip` that no advertisement selects, when it is announced for
+    /// others ([`super::AddressPlan::not_selected`]).
+    pub fn not_selected(&self, ip: IpAddr) -> &[ServiceKey] {
+        self.not_selected.get(&ip).map_or(&[], Vec::as_slice)
+    }
+
+    /// Decides `ip`; fills `not_selected` when it is announced.
+    fn decide(
+        &self,
+        cluster: &Cluster,
+        ip: IpAddr,
+        not_selected: &mut Vec<ServiceKey>,
+    ) -> Option<Decision> {
         let services: Vec<ServiceInfo> = cluster
             .services_at(ip)
             .filter_map(|k| cluster.service_info(k))
@@ -227,7 +244,6 @@ impl L2Tracker {
             services: services.iter().map(|s| s.key.clone()).collect(),
             owner: Err(NotAnnounced::NotInAnyPool),
             interfaces: Interfaces::BySubnet,
-            not_selected: Vec::new(),
         };
         let config = cluster.config();
         let Some(pool) = config.pools.iter().find(|p| p.contains(ip)) else {
@@ -306,7 +322,7 @@ impl L2Tracker {
             d.interfaces = owner_interfaces(&advs, cluster.nodes().get(owner));
         }
         d.owner = Ok(owner.to_owned());
-        d.not_selected = applying.not_selected;
+        *not_selected = applying.not_selected;
         Some(d)
     }
 }

@@ -353,11 +353,7 @@ impl Speaker {
                 .into_iter()
                 .flat_map(|r| r.ingress.iter().copied())
                 .filter(|ip| self.l2.owned().contains_key(ip))
-                .filter(|ip| {
-                    self.l2
-                        .decision(*ip)
-                        .is_some_and(|d| d.not_selected.contains(key))
-                })
+                .filter(|ip| self.l2.not_selected(*ip).contains(key))
                 .collect();
             let before: Vec<IpAddr> = self
                 .unselected_sharing

@@ -78,7 +78,8 @@ impl World {
             assert_eq!(got.owner, plan.owner, "{context}: owner of {ip}");
             assert_eq!(got.services, plan.services, "{context}: services of {ip}");
             assert_eq!(
-                got.not_selected, plan.not_selected,
+                self.l2.not_selected(*ip),
+                plan.not_selected,
                 "{context}: Services not selected at {ip}"
             );
         }
