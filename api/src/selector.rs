@@ -11,17 +11,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 /// is absent. An expression with an unknown operator matches nothing, so a malformed selector
 /// never widens what it selects.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    matches_with(selector, |k| labels.get(k).map(String::as_str))
+}
+
+/// [`matches`] over labels kept in another form: `label` gives the value of a key, if any.
+pub fn matches_with<'a>(selector: &LabelSelector, label: impl Fn(&str) -> Option<&'a str>) -> bool {
     let labels_ok = selector
         .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+        .all(|(k, v)| label(k) == Some(v.as_str()));
     labels_ok
         && selector
             .match_expressions
             .iter()
             .flatten()
-            .all(|req| requirement_holds(req, labels))
+            .all(|req| requirement_holds(req, label(&req.key)))
 }
 
 /// Whether `labels` satisfy any of `selectors`; an empty list matches everything.
@@ -32,12 +37,11 @@ pub fn any_matches(selectors: &[LabelSelector], labels: &BTreeMap<String, String
     selectors.is_empty() || selectors.iter().any(|s| matches(s, labels))
 }
 
-fn requirement_holds(req: &LabelSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let value = labels.get(&req.key);
+fn requirement_holds(req: &LabelSelectorRequirement, value: Option<&str>) -> bool {
     let values = req.values.as_deref().unwrap_or_default();
     match req.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         _ => false,

@@ -2,6 +2,9 @@
 //! How many bytes the speaker's model of a large cluster holds (a counting allocator).
 //!
 //! `cargo run --release -p ferrolb-speaker --example model_size`
+//!
+//! Each LoadBalancer Service carries three labels (as a chart would set them);
+//! `FERROLB_MODEL_LABELS=0` leaves them out.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -50,9 +53,15 @@ fn main() {
         .unwrap(),
     ));
     let after_nodes = mib();
+    let labelled = std::env::var("FERROLB_MODEL_LABELS").as_deref() != Ok("0");
     for i in 0..n {
+        let labels = if labelled {
+            json!({"app.kubernetes.io/name": format!("lb-{i:05}"), "app.kubernetes.io/managed-by": "Helm", "tier": "public"})
+        } else {
+            json!({})
+        };
         c.service(Update::Apply(serde_json::from_value(json!({
-            "metadata": {"name": format!("lb-{i:05}"), "namespace": "bench", "uid": "0b6e3f0e-5d4c-4b8a-9a53-2f7c1e9d8a01"},
+            "metadata": {"name": format!("lb-{i:05}"), "namespace": "bench", "uid": "0b6e3f0e-5d4c-4b8a-9a53-2f7c1e9d8a01", "labels": labels},
             "spec": {"type": "LoadBalancer"},
             "status": {"loadBalancer": {"ingress": [{"ip": format!("10.128.{}.{}", i / 250, i % 250 + 1)}]}}
         })).unwrap()));

@@ -256,6 +256,82 @@ async fn aggregation_lengths_stay_within_the_family() {
 }
 
 #[tokio::test]
+async fn service_selectors_are_label_selectors_on_both_advertisements() {
+    let (c, ns) = cluster().await;
+    let selectors = json!([
+        {"matchLabels": {"tier": "public"}},
+        {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]}
+    ]);
+    for (plural, kind) in [
+        ("l2advertisements", "L2Advertisement"),
+        ("bgpadvertisements", "BGPAdvertisement"),
+    ] {
+        let r = create(
+            &c,
+            &ns,
+            plural,
+            kind,
+            "selective",
+            json!({"serviceSelectors": selectors}),
+        )
+        .await;
+        accepted(&r);
+        assert_eq!(r.body["spec"]["serviceSelectors"], selectors, "{kind}");
+        refused(
+            &create(
+                &c,
+                &ns,
+                plural,
+                kind,
+                "not-a-selector",
+                json!({"serviceSelectors": [{"matchLabels": "tier=public"}]}),
+            )
+            .await,
+            "spec.serviceSelectors[0].matchLabels",
+        );
+    }
+}
+
+#[tokio::test]
+async fn bgp_service_selectors_only_go_with_host_routes() {
+    let (c, ns) = cluster().await;
+    let selectors = json!([{"matchLabels": {"tier": "public"}}]);
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "bgpadvertisements",
+            "BGPAdvertisement",
+            "host-routes",
+            json!({"serviceSelectors": selectors, "aggregationLength": 32, "aggregationLengthV6": 128}),
+        )
+        .await,
+    );
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "bgpadvertisements",
+            "BGPAdvertisement",
+            "aggregate-without-selectors",
+            json!({"serviceSelectors": [], "aggregationLength": 24}),
+        )
+        .await,
+    );
+    for (name, lengths) in [
+        ("v4-aggregate", json!({"aggregationLength": 24})),
+        ("v6-aggregate", json!({"aggregationLengthV6": 64})),
+    ] {
+        let mut spec = lengths;
+        spec["serviceSelectors"] = selectors.clone();
+        refused(
+            &create(&c, &ns, "bgpadvertisements", "BGPAdvertisement", name, spec).await,
+            "serviceSelectors need host routes",
+        );
+    }
+}
+
+#[tokio::test]
 async fn advertisement_communities_are_values_or_alias_names() {
     let (c, ns) = cluster().await;
     accepted(

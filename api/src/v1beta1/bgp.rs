@@ -43,6 +43,9 @@ const KEEPALIVE_RULE: &str = concat!(
 
 /// `disableMP: true` asks for one family, `dualStackAddressFamily: true` for both: not together.
 const DUAL_STACK_RULE: &str = "!(has(self.disableMP) && self.disableMP && has(self.dualStackAddressFamily) && self.dualStackAddressFamily)";
+/// With service selectors, only host routes can be announced: an aggregate would also attract
+/// the traffic of the Services left out.
+const SERVICE_SELECTORS_RULE: &str = "!has(self.serviceSelectors) || size(self.serviceSelectors) == 0 || ((!has(self.aggregationLength) || self.aggregationLength == 32) && (!has(self.aggregationLengthV6) || self.aggregationLengthV6 == 128))";
 
 /// Announces the addresses of the selected pools to BGP peers.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -72,6 +75,9 @@ const DUAL_STACK_RULE: &str = "!(has(self.disableMP) && self.disableMP && has(se
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new(SERVICE_SELECTORS_RULE)
+    .message("serviceSelectors need host routes: leave aggregationLength at 32 and aggregationLengthV6 at 128 (an aggregate would attract the traffic of the Services not selected too)")
+    .field_path(".serviceSelectors"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPAdvertisementSpec {
     /// Prefix length announced for IPv4 addresses (32 announces each address; shorter lengths
@@ -118,6 +124,10 @@ pub struct BGPAdvertisementSpec {
     /// `BGPPeer` names to announce to (all peers when empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<String>,
+    /// Services announced, by label (every Service of the selected pools when empty). Only
+    /// with the default aggregation lengths (32 and 128).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_selectors: Vec<LabelSelector>,
 }
 
 /// A reference to a Secret in the install namespace holding a TCP-MD5 password under `password`.

@@ -10,8 +10,9 @@ use super::ConfigStatus;
 /// Announces the addresses of the selected pools on the local segment (ARP for IPv4, NDP for IPv6).
 ///
 /// With no pool named or selected, every pool is announced. With no node selector, every node
-/// is a candidate; one node per address answers. `preferredNodeSelectors` rank the candidates:
-/// the answering node is one of the highest-scoring candidates.
+/// is a candidate; one node per address answers. With service selectors, only the addresses of
+/// the selected Services are announced. `preferredNodeSelectors` rank the candidates: the
+/// answering node is one of the highest-scoring candidates.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "ferrolb.io",
@@ -62,6 +63,11 @@ pub struct L2AdvertisementSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(length(min = 1, max = 15)))]
     pub interfaces: Vec<String>,
+    /// Services announced, by label (every Service of the selected pools when empty). An
+    /// address shared by several Services is announced when any of them is selected; the
+    /// advertisements that select none of them take no part in its announcement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_selectors: Vec<LabelSelector>,
     /// Soft preferences among the nodes that may answer: a node scores the sum of the weights
     /// of the preferences it matches, and each address is answered by a live candidate with
     /// the highest score (the usual per-address hash chooses among equals). A preference only

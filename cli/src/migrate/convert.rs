@@ -75,7 +75,7 @@ fn priority(sa: &mut Fields<'_>) -> Option<i32> {
     }
 }
 
-/// `L2Advertisement` (v1beta1): every field but `serviceSelectors` is FerroLB's own.
+/// `L2Advertisement` (v1beta1): every field is FerroLB's own.
 /// `preferredNodeSelectors` are copied as written (MetalLB's weights are 1 to 100 too); a
 /// returning preferred node waits out FerroLB's hold-down before it takes its addresses back
 /// (the README says so).
@@ -85,6 +85,7 @@ pub fn l2_advertisement(spec: &mut Fields<'_>) -> L2AdvertisementSpec {
         ip_address_pool_selectors: spec.label_selectors("ipAddressPoolSelectors"),
         node_selectors: spec.label_selectors("nodeSelectors"),
         interfaces: spec.strings("interfaces"),
+        service_selectors: spec.label_selectors("serviceSelectors"),
         preferred_node_selectors: spec.objects("preferredNodeSelectors", |p| {
             PreferredNodeSelector {
                 weight: p.int_as::<i32>("weight", "int32").unwrap_or_default(),
@@ -123,6 +124,7 @@ pub fn bgp_advertisement(spec: &mut Fields<'_>) -> BGPAdvertisementSpec {
         ip_address_pools: spec.strings("ipAddressPools"),
         ip_address_pool_selectors: spec.label_selectors("ipAddressPoolSelectors"),
         node_selectors: spec.label_selectors("nodeSelectors"),
+        service_selectors: spec.label_selectors("serviceSelectors"),
         peers: spec.strings("peers"),
     };
     spec.unsupported(Kind::BGPAdvertisement);

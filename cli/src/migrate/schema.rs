@@ -58,6 +58,8 @@ pub const MSG_INTERFACE: &str = "interface is a Linux interface name: 1 to 15 ch
 /// FerroLB's message for `peerAddress` and `interface`.
 pub const MSG_ADDRESS_OR_INTERFACE: &str =
     "set peerAddress, or interface (BGP unnumbered), exactly one of them";
+/// FerroLB's message for a `BGPAdvertisement`'s `serviceSelectors` with aggregation.
+pub const MSG_SERVICE_SELECTORS_HOST_ROUTES: &str = "serviceSelectors need host routes: leave aggregationLength at 32 and aggregationLengthV6 at 128 (an aggregate would attract the traffic of the Services not selected too)";
 /// FerroLB's message for `disableMP` against `dualStackAddressFamily`.
 pub const MSG_DUAL_STACK: &str = "disableMP: true (one family) contradicts dualStackAddressFamily: true (both families); drop disableMP, which is deprecated";
 /// FerroLB's message for `sourceAddress` with `interface`.
@@ -65,7 +67,7 @@ pub const MSG_SOURCE_WITH_INTERFACE: &str = "sourceAddress cannot be set with in
 
 /// Every CEL rule message of the six configuration CRDs that this module restates.
 #[cfg(test)]
-const RESTATED_RULES: [&str; 18] = [
+const RESTATED_RULES: [&str; 19] = [
     // `spec.addresses`: restated by `parse_pool`, which is stricter (IPv6 order, overlaps).
     "each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end",
     MSG_COMMUNITY_RANGE,
@@ -85,6 +87,7 @@ const RESTATED_RULES: [&str; 18] = [
     MSG_ADDRESS_OR_INTERFACE,
     MSG_SOURCE_WITH_INTERFACE,
     MSG_DUAL_STACK,
+    MSG_SERVICE_SELECTORS_HOST_ROUTES,
 ];
 
 /// The pattern of a `Community` alias's name in FerroLB's CRD.
@@ -109,6 +112,13 @@ pub fn check(object: &FerroObject) -> Vec<Problem> {
             }
         }
         FerroObject::BGPAdvertisement(adv) => {
+            let host_routes = adv.spec.aggregation_length.is_none_or(|l| l == 32)
+                && adv.spec.aggregation_length_v6.is_none_or(|l| l == 128);
+            if !adv.spec.service_selectors.is_empty() && !host_routes {
+                problems.push(Problem::Rule {
+                    message: MSG_SERVICE_SELECTORS_HOST_ROUTES.into(),
+                });
+            }
             for (i, c) in adv.spec.communities.iter().enumerate() {
                 if !community_in_range(c) {
                     problems.push(Problem::Refused {

@@ -23,28 +23,12 @@ pub struct Unsupported {
 ///
 /// A field set to its MetalLB default (the zero value for every row here: `false`, `""`, `0`,
 /// an empty list) asks for nothing FerroLB lacks, and is not reported.
-pub const UNSUPPORTED: &[Unsupported] = &[
-    Unsupported {
-        kind: Kind::L2Advertisement,
-        path: "spec.serviceSelectors",
-        reason: "FerroLB announces every Service of the selected pools and cannot limit an \
-                 advertisement to some Services; give those Services a pool of their own \
-                 (serviceAllocation.serviceSelectors) and select that pool",
-    },
-    Unsupported {
-        kind: Kind::BGPAdvertisement,
-        path: "spec.serviceSelectors",
-        reason: "FerroLB announces every Service of the selected pools and cannot limit an \
-                 advertisement to some Services; give those Services a pool of their own \
-                 (serviceAllocation.serviceSelectors) and select that pool",
-    },
-    Unsupported {
-        kind: Kind::BGPAdvertisement,
-        path: "spec.asPathPrepend",
-        reason: "FerroLB's BGP speaker does not prepend its AS to the AS_PATH; lengthen the \
+pub const UNSUPPORTED: &[Unsupported] = &[Unsupported {
+    kind: Kind::BGPAdvertisement,
+    path: "spec.asPathPrepend",
+    reason: "FerroLB's BGP speaker does not prepend its AS to the AS_PATH; lengthen the \
                  path on the router (a route-map) if traffic engineering needs it",
-    },
-];
+}];
 
 /// The table's row for `path` in `kind`, if any.
 pub fn lookup(kind: Kind, path: &str) -> Option<&'static Unsupported> {

@@ -7,9 +7,24 @@ use serde_json::json;
 
 /// A LoadBalancer Service holding `ips`.
 pub fn service(ns: &str, name: &str, ips: &[&str], local: bool) -> Service {
+    labelled_service(ns, name, ips, local, &[])
+}
+
+/// A LoadBalancer Service holding `ips`, with `labels`.
+pub fn labelled_service(
+    ns: &str,
+    name: &str,
+    ips: &[&str],
+    local: bool,
+    labels: &[(&str, &str)],
+) -> Service {
     let ingress: Vec<_> = ips.iter().map(|ip| json!({ "ip": ip })).collect();
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), json!(v)))
+        .collect();
     serde_json::from_value(json!({
-        "metadata": {"namespace": ns, "name": name},
+        "metadata": {"namespace": ns, "name": name, "labels": labels},
         "spec": {
             "type": "LoadBalancer",
             "externalTrafficPolicy": if local { "Local" } else { "Cluster" },
@@ -93,9 +108,50 @@ pub fn l2_advertisement(
     .unwrap()
 }
 
+/// An L2Advertisement for every pool, announcing the Services labelled with one of
+/// `service_labels` (every Service when empty).
+pub fn selective_l2_advertisement(name: &str, service_labels: &[(&str, &str)]) -> L2Advertisement {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ferrolb-system", "name": name},
+        "spec": {"serviceSelectors": match_labels(service_labels)},
+    }))
+    .unwrap()
+}
+
+/// An L2Advertisement for every pool, on nodes labelled `node_label` when set, for the
+/// Services labelled with one of `service_labels` (all when empty), on `interfaces`.
+pub fn l2_advertisement_for(
+    name: &str,
+    node_label: Option<(&str, &str)>,
+    service_labels: &[(&str, &str)],
+    interfaces: &[&str],
+) -> L2Advertisement {
+    let mut adv = selective_l2_advertisement(name, service_labels);
+    adv.spec.node_selectors = l2_advertisement(name, &[], node_label).spec.node_selectors;
+    adv.spec.interfaces = interfaces.iter().map(|i| i.to_string()).collect();
+    adv
+}
+
+fn match_labels(pairs: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| json!({"matchLabels": {*k: v}}))
+        .collect()
+}
+
 /// A BGPAdvertisement for every pool.
 pub fn bgp_advertisement(name: &str, aggregation_length: Option<i32>) -> BGPAdvertisement {
-    let mut spec = json!({});
+    selective_bgp_advertisement(name, aggregation_length, &[])
+}
+
+/// A BGPAdvertisement for every pool, announcing the Services labelled with one of
+/// `service_labels` (every Service when empty).
+pub fn selective_bgp_advertisement(
+    name: &str,
+    aggregation_length: Option<i32>,
+    service_labels: &[(&str, &str)],
+) -> BGPAdvertisement {
+    let mut spec = json!({"serviceSelectors": match_labels(service_labels)});
     if let Some(len) = aggregation_length {
         spec["aggregationLength"] = json!(len);
     }

@@ -17,7 +17,9 @@
 //!   write to a pool, a Node heartbeat or an EndpointSlice of a Service FerroLB does not handle
 //!   changes nothing).
 //! - Objects keep only what the planners read: no `managedFields`, annotations or status that is
-//!   not used; Services FerroLB does not handle are not kept at all.
+//!   not used; Services FerroLB does not handle are not kept at all. A kept Service's labels
+//!   (read by `serviceSelectors`) are one packed string ([`ServiceLabels`]); a label change
+//!   marks only that Service changed, so only its addresses are decided again.
 //! - An EndpointSlice of a Service FerroLB does not handle (most of a cluster) is kept as two
 //!   digests, without its endpoints. When such a Service becomes one FerroLB handles (its type
 //!   changed to LoadBalancer, or its slice was seen before it), the model asks for its slices
@@ -45,7 +47,9 @@ use kube::ResourceExt;
 use crate::membership::seeds::{SpeakerPod, speaker_pod};
 use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
 use crate::planner::convert;
-use crate::planner::{EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo};
+use crate::planner::{
+    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceLabels,
+};
 use crate::planner::{ServiceKey, Snapshot};
 
 /// What the speaker handles, from its flags.
@@ -70,6 +74,8 @@ pub struct ServiceRec {
     pub local_traffic_policy: bool,
     /// `metadata.uid`, for Events about it.
     pub uid: Option<String>,
+    /// `metadata.labels`, compact, for `serviceSelectors`.
+    pub labels: ServiceLabels,
 }
 
 /// An EndpointSlice of a Service FerroLB handles, as kept: a digest and its endpoints.
@@ -705,6 +711,7 @@ impl Cluster {
             ingress: rec.ingress.clone(),
             local_traffic_policy: rec.local_traffic_policy,
             endpoints,
+            labels: rec.labels.clone(),
         }
     }
 

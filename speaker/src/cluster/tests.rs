@@ -289,3 +289,41 @@ fn the_model_is_synced_only_when_every_kind_has_listed() {
     c.secret(Update::Synced);
     assert!(c.synced());
 }
+
+#[test]
+fn a_label_change_marks_only_its_service_and_the_same_labels_nothing() {
+    let mut c = cluster();
+    let web =
+        |tier: &str| labelled_service("default", "web", &["10.0.0.1"], false, &[("tier", tier)]);
+    c.service(Update::Apply(web("public")));
+    c.service(Update::Apply(service(
+        "default",
+        "api",
+        &["10.0.0.2"],
+        false,
+    )));
+    c.take_changes();
+    c.service(Update::Apply(web("public")));
+    assert!(c.take_changes().is_empty());
+    c.service(Update::Apply(web("internal")));
+    let changes = c.take_changes();
+    assert_eq!(
+        changes.services,
+        BTreeSet::from([ServiceKey::new("default", "web")])
+    );
+    let rec = c.service_rec(&ServiceKey::new("default", "web")).unwrap();
+    assert_eq!(rec.labels.get("tier"), Some("internal"));
+}
+
+#[test]
+fn a_service_selector_change_is_a_configuration_change() {
+    let mut c = cluster();
+    c.l2_advertisement(Update::Apply(selective_l2_advertisement("a", &[])));
+    c.take_changes();
+    c.l2_advertisement(Update::Apply(selective_l2_advertisement(
+        "a",
+        &[("tier", "public")],
+    )));
+    assert!(c.take_changes().config);
+    assert_eq!(c.config().l2[0].service_selectors.len(), 1);
+}

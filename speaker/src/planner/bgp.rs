@@ -3,7 +3,8 @@
 //!
 //! Every eligible node announces (BGP has no single owner: routers spread traffic over the
 //! nodes with ECMP). A node announces a Service address to a peer when a `BGPAdvertisement`
-//! selects the address's pool and this node, names the peer (or names none), the peer's own
+//! selects the address's pool, the Service (`serviceSelectors`) and this node, names the peer
+//! (or names none), the peer's own
 //! `nodeSelectors` select this node, the node may announce at all (not excluded, network
 //! available), and the Service has a usable endpoint (on this node, for
 //! `externalTrafficPolicy: Local`).
@@ -16,7 +17,7 @@ use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::eligibility::{NotEligible, node_may_announce, service_may_use};
-use super::input::{NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot};
+use super::input::{NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot, selects_service};
 use crate::bgp::config::{Advertisement, AnyCommunity, RouteAttrs};
 
 /// A `BGPAdvertisement` as the planner needs it.
@@ -40,6 +41,8 @@ pub struct BgpAdvertisementInfo {
     pub local_pref: Option<u32>,
     /// `spec.communities`, aliases already resolved.
     pub communities: Vec<CommunityValue>,
+    /// `spec.serviceSelectors` (every Service when empty).
+    pub service_selectors: Vec<LabelSelector>,
 }
 
 impl BgpAdvertisementInfo {
@@ -173,6 +176,12 @@ pub fn service_routes(
             continue;
         };
         for adv in advertisements.iter().filter(|a| a.selects_pool(pool)) {
+            if !selects_service(&adv.service_selectors, &svc.labels) {
+                if why_not == NotEligible::NoMatchingAdvertisement {
+                    why_not = NotEligible::ServiceSelectorMismatch;
+                }
+                continue;
+            }
             if !ferrolb_api::selector::any_matches(&adv.node_selectors, &node.labels) {
                 why_not = NotEligible::NodeSelectorMismatch;
                 continue;
@@ -282,6 +291,7 @@ mod tests {
             ],
             local_traffic_policy: local,
             endpoints: endpoints_on.iter().map(|n| endpoint(n)).collect(),
+            labels: Default::default(),
         };
         let nodes = ["a", "b"]
             .iter()
@@ -444,6 +454,74 @@ mod tests {
         assert_eq!(
             plan.not_announced[&ServiceKey::new("default", "web")],
             NotEligible::Excluded
+        );
+    }
+
+    fn tier(value: &str) -> crate::planner::ServiceLabels {
+        crate::planner::ServiceLabels::new(&[("tier".to_string(), value.to_string())].into())
+    }
+
+    fn for_tier(value: &str) -> BgpAdvertisementInfo {
+        BgpAdvertisementInfo {
+            service_selectors: vec![LabelSelector {
+                match_labels: Some([("tier".to_string(), value.to_string())].into()),
+                ..Default::default()
+            }],
+            ..adv()
+        }
+    }
+
+    #[test]
+    fn an_advertisement_with_service_selectors_announces_only_the_services_they_select() {
+        let mut s = snapshot("a", false, &["a"]);
+        let web = ServiceKey::new("default", "web");
+        let plan = plan_bgp(&s, &[for_tier("public")], &peers());
+        assert!(plan.per_peer["tor"].is_empty());
+        assert_eq!(
+            plan.not_announced[&web],
+            NotEligible::ServiceSelectorMismatch
+        );
+        s.services[0].labels = tier("public");
+        let plan = plan_bgp(&s, &[for_tier("public")], &peers());
+        assert_eq!(plan.per_peer["tor"].len(), 2);
+        assert_eq!(plan.per_service[&web], BTreeSet::from(["tor".to_string()]));
+    }
+
+    #[test]
+    fn a_selected_service_on_other_nodes_reads_as_a_node_selector_mismatch() {
+        let mut s = snapshot("a", false, &["a"]);
+        s.services[0].labels = tier("public");
+        let elsewhere = BgpAdvertisementInfo {
+            node_selectors: vec![LabelSelector {
+                match_labels: Some([("rack".to_string(), "9".to_string())].into()),
+                ..Default::default()
+            }],
+            ..for_tier("public")
+        };
+        let plan = plan_bgp(&s, &[for_tier("internal"), elsewhere], &peers());
+        assert_eq!(
+            plan.not_announced[&ServiceKey::new("default", "web")],
+            NotEligible::NodeSelectorMismatch
+        );
+    }
+
+    #[test]
+    fn a_shared_address_is_announced_once_when_one_of_its_services_is_selected() {
+        let mut s = snapshot("a", false, &["a"]);
+        s.services[0].labels = tier("public");
+        let mut other = s.services[0].clone();
+        other.key = ServiceKey::new("default", "other");
+        other.labels = tier("internal");
+        s.services.push(other);
+        let plan = plan_bgp(&s, &[for_tier("public")], &peers());
+        let prefixes: Vec<String> = plan.per_peer["tor"]
+            .iter()
+            .map(|a| a.prefix.to_string())
+            .collect();
+        assert_eq!(prefixes, ["10.99.5.7/32", "fd00:99:5::7/128"]);
+        assert_eq!(
+            plan.not_announced[&ServiceKey::new("default", "other")],
+            NotEligible::ServiceSelectorMismatch
         );
     }
 }

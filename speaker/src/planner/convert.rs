@@ -42,6 +42,7 @@ pub fn service_rec(svc: &Service, class: &str, ignore_unclassed: bool) -> Option
             .and_then(|s| s.external_traffic_policy.as_deref())
             == Some("Local"),
         uid: svc.metadata.uid.clone(),
+        labels: svc.labels().into(),
     })
 }
 
@@ -67,6 +68,7 @@ pub fn service_info(
         ingress: rec.ingress,
         local_traffic_policy: rec.local_traffic_policy,
         endpoints,
+        labels: rec.labels,
     })
 }
 
@@ -139,6 +141,7 @@ pub fn l2_advertisement_info(adv: &L2Advertisement) -> L2AdvertisementInfo {
             .iter()
             .map(|p| (p.weight.clamp(1, 100) as u32, p.preference.clone()))
             .collect(),
+        service_selectors: adv.spec.service_selectors.clone(),
     }
 }
 
@@ -160,6 +163,7 @@ pub fn bgp_advertisements(
             aggregation_length_v6: a.spec.aggregation_length_v6.unwrap_or(128).clamp(0, 128) as u8,
             local_pref: a.spec.local_pref,
             communities: resolve_communities(&a.spec.communities, &aliases),
+            service_selectors: a.spec.service_selectors.clone(),
         })
         .collect()
 }

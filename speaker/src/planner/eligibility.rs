@@ -18,6 +18,8 @@ pub enum NotEligible {
     NoMatchingAdvertisement,
     /// Advertisements cover the pool, but none of their `nodeSelectors` selects the node.
     NodeSelectorMismatch,
+    /// Advertisements cover the pool, but none of their `serviceSelectors` selects the Service.
+    ServiceSelectorMismatch,
     /// `externalTrafficPolicy: Local` and no usable endpoint of the Service runs on the node.
     NoLocalEndpoint,
     /// The Service has no usable endpoint on any node.
@@ -36,6 +38,7 @@ impl NotEligible {
             NotEligible::SpeakerNotLive => "SpeakerNotLive",
             NotEligible::NoMatchingAdvertisement => "NoMatchingAdvertisement",
             NotEligible::NodeSelectorMismatch => "NodeSelectorMismatch",
+            NotEligible::ServiceSelectorMismatch => "ServiceSelectorMismatch",
             NotEligible::NoLocalEndpoint => "NoLocalEndpoint",
             NotEligible::NoReadyEndpoints => "NoReadyEndpoints",
             NotEligible::CannotAnswer => "CannotAnswer",

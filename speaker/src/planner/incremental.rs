@@ -29,9 +29,9 @@ use ipnet::IpNet;
 
 use super::NotAnnounced;
 use super::bgp::{BgpNode, ServiceRoutes, merge_routes, service_routes};
-use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce};
+use super::eligibility::{NotEligible, node_may_announce};
 use super::input::{HoldDown, L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
-use super::l2::Interfaces;
+use super::l2::{Interfaces, applying};
 use crate::bgp::config::{Advertisement, RouteAttrs};
 use crate::cluster::{Changes, Cluster};
 use crate::l2::election::{self, Standing};
@@ -52,7 +52,9 @@ pub struct Decision {
 }
 
 /// Candidates of one pool: the nodes that may announce, are selected by an advertisement
-/// covering the pool, are live, and what the pool's advertisements are.
+/// covering the pool, are live, and what the pool's advertisements are. When some of those
+/// advertisements have `serviceSelectors` (so not all of them apply to every address), also
+/// the candidates of each one.
 #[derive(Debug, Default)]
 struct PoolCandidates {
     advertisements: Vec<usize>,
@@ -61,6 +63,7 @@ struct PoolCandidates {
     preferential: bool,
     /// The candidates' preference scores, for those above zero.
     scores: HashMap<String, u32>,
+    per_advertisement: Option<Vec<BTreeSet<String>>>,
 }
 
 /// What one [`L2Tracker::update`] changed.
@@ -82,6 +85,8 @@ pub struct L2Update {
 #[derive(Debug, Default)]
 pub struct L2Tracker {
     decisions: HashMap<IpAddr, Decision>,
+    /// Only for the (few) announced addresses held by a Service no advertisement selects.
+    not_selected: HashMap<IpAddr, Vec<ServiceKey>>,
     ips_of: HashMap<ServiceKey, Vec<IpAddr>>,
     owned: BTreeMap<IpAddr, Interfaces>,
     pools: HashMap<String, PoolCandidates>,
@@ -201,11 +206,17 @@ impl L2Tracker {
         };
         let me = cluster.scope().this_node.as_str();
         for ip in affected {
-            let (new, preferential) = self.decide(cluster, ip);
+            let mut not_selected = Vec::new();
+            let (new, preferential) = self.decide(cluster, ip, &mut not_selected);
             if preferential {
                 self.preferential.insert(ip);
             } else {
                 self.preferential.remove(&ip);
+            }
+            if not_selected.is_empty() {
+                self.not_selected.remove(&ip);
+            } else {
+                self.not_selected.insert(ip, not_selected);
             }
             let old = match &new {
                 Some(d) => self.decisions.insert(ip, d.clone()),
@@ -236,9 +247,20 @@ impl L2Tracker {
         out
     }
 
+    /// The Services holding `ip` that no advertisement selects, when it is announced for
+    /// others ([`super::AddressPlan::not_selected`]).
+    pub fn not_selected(&self, ip: IpAddr) -> &[ServiceKey] {
+        self.not_selected.get(&ip).map_or(&[], Vec::as_slice)
+    }
+
     /// The decision for `ip` (none when no Service holds it), and whether its pool carries
-    /// preferences.
-    fn decide(&self, cluster: &Cluster, ip: IpAddr) -> (Option<Decision>, bool) {
+    /// preferences; fills `not_selected` when it is announced.
+    fn decide(
+        &self,
+        cluster: &Cluster,
+        ip: IpAddr,
+        not_selected: &mut Vec<ServiceKey>,
+    ) -> (Option<Decision>, bool) {
         let services: Vec<ServiceInfo> = cluster
             .services_at(ip)
             .filter_map(|k| cluster.service_info(k))
@@ -255,20 +277,37 @@ impl L2Tracker {
         let Some(pool) = config.pools.iter().find(|p| p.contains(ip)) else {
             return (Some(d), false);
         };
-        let candidates = self.pools.get(&pool.name);
-        let Some(pc) = candidates.filter(|pc| !pc.advertisements.is_empty()) else {
+        let Some(pc) = self.pools.get(&pool.name) else {
             d.owner = Err(NotAnnounced::NoMatchingAdvertisement);
             return (Some(d), false);
         };
         let preferential = pc.preferential;
-        let serving: Vec<&ServiceInfo> = services
-            .iter()
-            .filter(|s| has_usable_endpoints(s))
-            .collect();
-        if serving.is_empty() {
-            d.owner = Err(NotAnnounced::NoReadyEndpoints);
-            return (Some(d), preferential);
-        }
+        let covering: Vec<&L2AdvertisementInfo> =
+            pc.advertisements.iter().map(|i| &config.l2[*i]).collect();
+        let held: Vec<&ServiceInfo> = services.iter().collect();
+        let applying = match applying(&covering, &held) {
+            Ok(a) => a,
+            Err(why) => {
+                d.owner = Err(why);
+                return (Some(d), preferential);
+            }
+        };
+        let serving = &applying.serving;
+        // With serviceSelectors, only the nodes of the advertisements that apply.
+        let some_nodes: Option<BTreeSet<&str>> = match &pc.per_advertisement {
+            Some(per) if applying.advertisements.len() < covering.len() => Some(
+                applying
+                    .advertisements
+                    .iter()
+                    .flat_map(|i| per[*i].iter().map(String::as_str))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let in_pool = |n: &str| match &some_nodes {
+            Some(nodes) => nodes.contains(n),
+            None => pc.nodes.contains(n),
+        };
         // With `externalTrafficPolicy: Local`, only nodes with a usable endpoint of every such
         // Service on the address: walk those (few) instead of every node.
         let local_sets: Vec<BTreeSet<&str>> = serving
@@ -283,7 +322,7 @@ impl L2Tracker {
             })
             .collect();
         let allowed = |n: &str| {
-            pc.nodes.contains(n)
+            in_pool(n)
                 && local_sets.iter().all(|s| s.contains(n))
                 && !self.unable.get(n).is_some_and(|u| u.contains(&ip))
         };
@@ -291,8 +330,8 @@ impl L2Tracker {
             let preference = pc.scores.get(n).copied().unwrap_or(0);
             Standing::new(preference, self.held.contains(n))
         };
-        let owner = match local_sets.iter().min_by_key(|s| s.len()) {
-            Some(smallest) => election::owner_by_standing(
+        let owner = match (local_sets.iter().min_by_key(|s| s.len()), &some_nodes) {
+            (Some(smallest), _) => election::owner_by_standing(
                 ip,
                 smallest
                     .iter()
@@ -300,7 +339,15 @@ impl L2Tracker {
                     .filter(|n| allowed(n))
                     .map(|n| (n, standing(n))),
             ),
-            None => election::owner_by_standing(
+            (None, Some(nodes)) => election::owner_by_standing(
+                ip,
+                nodes
+                    .iter()
+                    .copied()
+                    .filter(|n| allowed(n))
+                    .map(|n| (n, standing(n))),
+            ),
+            (None, None) => election::owner_by_standing(
                 ip,
                 pc.nodes
                     .iter()
@@ -314,11 +361,15 @@ impl L2Tracker {
             return (Some(d), preferential);
         };
         if owner == cluster.scope().this_node {
-            let advs: Vec<&L2AdvertisementInfo> =
-                pc.advertisements.iter().map(|i| &config.l2[*i]).collect();
+            let advs: Vec<&L2AdvertisementInfo> = applying
+                .advertisements
+                .iter()
+                .map(|i| covering[*i])
+                .collect();
             d.interfaces = owner_interfaces(&advs, cluster.nodes().get(owner));
         }
         d.owner = Ok(owner.to_owned());
+        *not_selected = applying.not_selected;
         (Some(d), preferential)
     }
 }
@@ -373,6 +424,23 @@ fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String
                     }
                 }
             }
+            let selective = advertisements
+                .iter()
+                .any(|i| !config.l2[*i].service_selectors.is_empty());
+            let per_advertisement = selective.then(|| {
+                advertisements
+                    .iter()
+                    .map(|i| {
+                        let adv = &config.l2[*i];
+                        let node_of = |n: &String| cluster.nodes().get(n);
+                        nodes
+                            .iter()
+                            .filter(|n| node_of(n).is_some_and(|n| adv.selects_node(n)))
+                            .cloned()
+                            .collect()
+                    })
+                    .collect()
+            });
             (
                 pool.name.clone(),
                 PoolCandidates {
@@ -380,6 +448,7 @@ fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String
                     nodes,
                     preferential,
                     scores,
+                    per_advertisement,
                 },
             )
         })

@@ -19,6 +19,62 @@ pub struct ServiceInfo {
     pub local_traffic_policy: bool,
     /// Every endpoint of the Service, merged from all its EndpointSlices.
     pub endpoints: Vec<EndpointInfo>,
+    /// `metadata.labels`, for `serviceSelectors`.
+    pub labels: ServiceLabels,
+}
+
+/// A Service's labels, kept for matching `serviceSelectors` only: one allocation holding
+/// `key NUL value NUL` for each label, sorted by key; no labels allocate nothing. A label whose
+/// key or value contains NUL (the API server allows neither) is left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceLabels(Box<str>);
+
+impl ServiceLabels {
+    /// The compact form of `labels`.
+    pub fn new(labels: &BTreeMap<String, String>) -> Self {
+        let mut packed = String::new();
+        for (k, v) in labels {
+            if k.contains('\0') || v.contains('\0') {
+                continue;
+            }
+            packed.push_str(k);
+            packed.push('\0');
+            packed.push_str(v);
+            packed.push('\0');
+        }
+        ServiceLabels(packed.into_boxed_str())
+    }
+
+    /// Every label, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut parts = self.0.split('\0');
+        std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// Whether there are no labels.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&BTreeMap<String, String>> for ServiceLabels {
+    fn from(labels: &BTreeMap<String, String>) -> Self {
+        ServiceLabels::new(labels)
+    }
+}
+
+/// Whether an advertisement with `selectors` (its `serviceSelectors`) announces a Service
+/// labelled `labels`: every Service when it has none, else those any selector matches.
+pub fn selects_service(selectors: &[LabelSelector], labels: &ServiceLabels) -> bool {
+    selectors.is_empty()
+        || selectors
+            .iter()
+            .any(|s| ferrolb_api::selector::matches_with(s, |k| labels.get(k)))
 }
 
 /// One endpoint of an EndpointSlice, with the conditions as Kubernetes defines them: an absent
@@ -91,6 +147,8 @@ pub struct L2AdvertisementInfo {
     pub interfaces: Vec<String>,
     /// `spec.preferredNodeSelectors`, as (weight, preference).
     pub preferred: Vec<(u32, LabelSelector)>,
+    /// `spec.serviceSelectors` (every Service when empty).
+    pub service_selectors: Vec<LabelSelector>,
 }
 
 impl L2AdvertisementInfo {
@@ -106,6 +164,11 @@ impl L2AdvertisementInfo {
                 .pool_selectors
                 .iter()
                 .any(|s| ferrolb_api::selector::matches(s, &pool.labels))
+    }
+
+    /// Whether the advertisement announces `service` (see [`selects_service`]).
+    pub fn selects_service(&self, service: &ServiceInfo) -> bool {
+        selects_service(&self.service_selectors, &service.labels)
     }
 
     /// Whether the advertisement lets `node` answer: all nodes when it has no node selector.

@@ -3,15 +3,23 @@
 //!
 //! # Rules
 //! - An address is announced only when it lies in a ready pool, an `L2Advertisement` covers
-//!   that pool, and at least one Service holding it has a usable endpoint somewhere.
-//! - A node is a candidate when it passes [`node_may_announce`], an advertisement covering the
-//!   pool selects it, it passes [`service_may_use`] for every Service on the address that has
-//!   usable endpoints (a shared address must reach every Service behind it), and its speaker is
-//!   live.
+//!   that pool and selects (`serviceSelectors`) at least one Service holding it, and at least
+//!   one selected Service has a usable endpoint somewhere.
+//! - The advertisements that apply to an address ([`applying`]) are those covering its pool
+//!   that select a Service on it with a usable endpoint; the others take no part in it (their
+//!   nodes and interfaces). A Service that no covering advertisement selects takes no part
+//!   either (its endpoints and traffic policy are not consulted), though it shares the address:
+//!   an address is one thing on the wire, with one owner (MetalLB, which elects per Service,
+//!   refuses to announce a shared address when serviceSelectors are involved).
+//! - A node is a candidate when it passes [`node_may_announce`], an applying advertisement
+//!   selects it, it passes [`service_may_use`] for every selected Service on the address that
+//!   has usable endpoints (a shared address must reach every Service announced on it), and its
+//!   speaker is live.
 //! - The owner is elected among candidates by [`crate::l2::election`], per address. A node's
 //!   preference score is the sum of [`L2AdvertisementInfo::preference`] over the advertisements
-//!   that cover the pool (MetalLB's rule: the weights of every applicable advertisement add up);
-//!   a preferred node still in its hold-down ([`super::HoldDown`]) ranks last.
+//!   that cover the pool, applying to the address or not (MetalLB's rule: the weights of every
+//!   applicable advertisement add up); a preferred node still in its hold-down
+//!   ([`super::HoldDown`]) ranks last.
 //! - Interfaces: the union of `interfaces` over the advertisements that cover the pool and select
 //!   the owner; any such advertisement without `interfaces` means the default choice
 //!   ([`Interfaces::BySubnet`]).
@@ -40,6 +48,9 @@ pub enum NotAnnounced {
     NotInAnyPool,
     /// No `L2Advertisement` covers the address's pool.
     NoMatchingAdvertisement,
+    /// Advertisements cover the pool, but their `serviceSelectors` select no Service holding
+    /// the address.
+    NoServiceSelected,
     /// No Service on the address has a usable endpoint.
     NoReadyEndpoints,
     /// Every node is ineligible (see [`AddressPlan::not_eligible`]).
@@ -52,6 +63,7 @@ impl NotAnnounced {
         match self {
             NotAnnounced::NotInAnyPool => "NotInAnyPool",
             NotAnnounced::NoMatchingAdvertisement => "NoMatchingAdvertisement",
+            NotAnnounced::NoServiceSelected => "NoServiceSelected",
             NotAnnounced::NoReadyEndpoints => "NoReadyEndpoints",
             NotAnnounced::NoEligibleNode => "NoEligibleNode",
         }
@@ -80,6 +92,10 @@ pub struct AddressPlan {
     /// Every known node that is not a candidate, and why. Empty when the reason is the
     /// address's own ([`NotAnnounced`] other than `NoEligibleNode`).
     pub not_eligible: BTreeMap<String, NotEligible>,
+    /// Services holding the address that no advertisement covering its pool selects
+    /// (`serviceSelectors`), when the address is announced for others sharing it: their
+    /// traffic arrives all the same.
+    pub not_selected: Vec<ServiceKey>,
 }
 
 /// The layer-2 plan for the whole snapshot.
@@ -127,29 +143,33 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         owner: Err(NotAnnounced::NotInAnyPool),
         interfaces: Interfaces::BySubnet,
         not_eligible: BTreeMap::new(),
+        not_selected: Vec::new(),
     };
     let Some(pool) = snapshot.pools.iter().find(|p| p.contains(ip)) else {
         return out;
     };
     out.pool = Some(pool.name.clone());
-    let advs: Vec<&L2AdvertisementInfo> = snapshot
+    let covering: Vec<&L2AdvertisementInfo> = snapshot
         .l2_advertisements
         .iter()
         .filter(|a| a.selects_pool(pool))
         .collect();
-    if advs.is_empty() {
-        out.owner = Err(NotAnnounced::NoMatchingAdvertisement);
-        return out;
-    }
-    let serving: Vec<&ServiceInfo> = services
-        .iter()
-        .copied()
-        .filter(|s| has_usable_endpoints(s))
-        .collect();
-    if serving.is_empty() {
-        out.owner = Err(NotAnnounced::NoReadyEndpoints);
-        return out;
-    }
+    let (advs, serving) = match applying(&covering, services) {
+        Ok(a) => {
+            out.not_selected = a.not_selected;
+            (
+                a.advertisements
+                    .iter()
+                    .map(|i| covering[*i])
+                    .collect::<Vec<_>>(),
+                a.serving,
+            )
+        }
+        Err(why) => {
+            out.owner = Err(why);
+            return out;
+        }
+    };
     let names: BTreeSet<&str> = snapshot
         .nodes
         .keys()
@@ -179,7 +199,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
             Ok(())
         })();
         match verdict {
-            Ok(()) => candidates.push((name, standing(snapshot, &advs, name))),
+            Ok(()) => candidates.push((name, standing(snapshot, &covering, name))),
             Err(why) => {
                 out.not_eligible.insert(name.to_owned(), why);
             }
@@ -191,6 +211,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         .collect();
     let Some(owner) = out.candidates.first().cloned() else {
         out.owner = Err(NotAnnounced::NoEligibleNode);
+        out.not_selected.clear();
         return out;
     };
     out.interfaces = super::incremental::owner_interfaces(&advs, snapshot.nodes.get(&owner));
@@ -206,4 +227,55 @@ fn standing(snapshot: &Snapshot, advs: &[&L2AdvertisementInfo], name: &str) -> S
             .fold(0, u32::saturating_add)
     });
     Standing::new(preference, snapshot.hold_down.held(name))
+}
+
+/// What applies to one address: see [`applying`].
+#[derive(Debug)]
+pub(super) struct Applying<'s> {
+    /// Positions (in the covering advertisements) of those that apply.
+    pub advertisements: Vec<usize>,
+    /// The Services on the address that an applying advertisement selects and that have a
+    /// usable endpoint.
+    pub serving: Vec<&'s ServiceInfo>,
+    /// The Services on the address that no covering advertisement selects: reachable through
+    /// it all the same, since the address is announced for the others.
+    pub not_selected: Vec<ServiceKey>,
+}
+
+/// The advertisements of `covering` (those covering the address's pool) that apply to an
+/// address held by `services`, and the Services announced on it: the selected ones with a
+/// usable endpoint. An advertisement applies when it selects one of those. Both planners
+/// decide with this.
+pub(super) fn applying<'s>(
+    covering: &[&L2AdvertisementInfo],
+    services: &[&'s ServiceInfo],
+) -> Result<Applying<'s>, NotAnnounced> {
+    if covering.is_empty() {
+        return Err(NotAnnounced::NoMatchingAdvertisement);
+    }
+    let (selected, not_selected): (Vec<&'s ServiceInfo>, Vec<&'s ServiceInfo>) = services
+        .iter()
+        .copied()
+        .partition(|s| covering.iter().any(|a| a.selects_service(s)));
+    if selected.is_empty() {
+        return Err(NotAnnounced::NoServiceSelected);
+    }
+    let serving: Vec<&'s ServiceInfo> = selected
+        .into_iter()
+        .filter(|s| has_usable_endpoints(s))
+        .collect();
+    if serving.is_empty() {
+        return Err(NotAnnounced::NoReadyEndpoints);
+    }
+    let advertisements = covering
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| serving.iter().any(|s| a.selects_service(s)))
+        .map(|(i, _)| i)
+        .collect();
+    Ok(Applying {
+        advertisements,
+        serving,
+        not_selected: not_selected.iter().map(|s| s.key.clone()).collect(),
+    })
 }

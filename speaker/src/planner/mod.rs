@@ -19,7 +19,7 @@ pub mod l2;
 pub use eligibility::NotEligible;
 pub use input::{
     EndpointInfo, HoldDown, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
-    Snapshot,
+    ServiceLabels, Snapshot,
 };
 pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
 

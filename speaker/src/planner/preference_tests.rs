@@ -40,6 +40,7 @@ fn world(this: &str, n: u32) -> Snapshot {
                     ..Default::default()
                 })
                 .collect(),
+            labels: Default::default(),
         })
         .collect();
     Snapshot {

@@ -40,6 +40,7 @@ fn svc(name: &str, ips: &[&str], local: bool, endpoints: Vec<EndpointInfo>) -> S
         ingress: ips.iter().map(|s| ip(s)).collect(),
         local_traffic_policy: local,
         endpoints,
+        labels: Default::default(),
     }
 }
 
@@ -520,4 +521,209 @@ fn overlapping_pools_are_left_out_and_advertisements_keep_their_fields() {
     assert_eq!(info.pools, vec!["old".to_string()]);
     assert_eq!(info.interfaces, vec!["eth0".to_string()]);
     assert_eq!(info.node_selectors.len(), 1);
+}
+
+// --- serviceSelectors ---
+
+fn labelled(mut s: ServiceInfo, pairs: &[(&str, &str)]) -> ServiceInfo {
+    s.labels = ServiceLabels::new(&labels(pairs));
+    s
+}
+
+fn for_services(pairs: &[(&str, &str)]) -> L2AdvertisementInfo {
+    L2AdvertisementInfo {
+        name: "selective".into(),
+        service_selectors: pairs.iter().map(|p| selector(&[*p])).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_advertisement_with_service_selectors_announces_only_the_services_they_select() {
+    let public = labelled(
+        svc("public", &["10.99.0.1"], false, vec![ready_on("node-a")]),
+        &[("tier", "public")],
+    );
+    let internal = labelled(
+        svc("internal", &["10.99.0.2"], false, vec![ready_on("node-a")]),
+        &[("tier", "internal")],
+    );
+    let unlabelled = svc("plain", &["10.99.0.3"], false, vec![ready_on("node-a")]);
+    let mut s = cluster("node-a", vec![public, internal, unlabelled]);
+    s.l2_advertisements = vec![for_services(&[("tier", "public")])];
+    let plan = plan_l2(&s);
+    assert!(plan.addresses[&ip("10.99.0.1")].owner.is_ok());
+    for other in ["10.99.0.2", "10.99.0.3"] {
+        assert_eq!(
+            plan.addresses[&ip(other)].owner,
+            Err(NotAnnounced::NoServiceSelected),
+            "{other}"
+        );
+    }
+    // Any of the selectors will do; an advertisement without selectors takes every Service.
+    s.l2_advertisements = vec![for_services(&[("tier", "public"), ("tier", "internal")])];
+    let plan = plan_l2(&s);
+    assert!(plan.addresses[&ip("10.99.0.2")].owner.is_ok());
+    assert_eq!(
+        plan.addresses[&ip("10.99.0.3")].owner,
+        Err(NotAnnounced::NoServiceSelected)
+    );
+    s.l2_advertisements.push(L2AdvertisementInfo::default());
+    assert!(plan_l2(&s).addresses.values().all(|a| a.owner.is_ok()));
+}
+
+#[test]
+fn service_selectors_read_match_expressions_as_kubernetes_does() {
+    let without_tier = svc("plain", &["10.99.0.3"], false, vec![ready_on("node-a")]);
+    let internal = labelled(
+        svc("internal", &["10.99.0.2"], false, vec![ready_on("node-a")]),
+        &[("tier", "internal")],
+    );
+    let mut s = cluster("node-a", vec![without_tier, internal]);
+    s.l2_advertisements = vec![L2AdvertisementInfo {
+        service_selectors: vec![LabelSelector {
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec!["internal".into()]),
+                },
+            ]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }];
+    let plan = plan_l2(&s);
+    assert!(
+        plan.addresses[&ip("10.99.0.3")].owner.is_ok(),
+        "no tier label at all"
+    );
+    assert_eq!(
+        plan.addresses[&ip("10.99.0.2")].owner,
+        Err(NotAnnounced::NoServiceSelected)
+    );
+}
+
+#[test]
+fn a_shared_address_is_announced_when_one_of_its_services_is_selected() {
+    // The selected Service decides: the other one's local traffic policy and endpoints
+    // (on node-b only) take no part.
+    let selected = labelled(
+        svc("selected", &["10.99.0.60"], true, vec![ready_on("node-c")]),
+        &[("tier", "public")],
+    );
+    let other = svc("other", &["10.99.0.60"], true, vec![ready_on("node-b")]);
+    let mut s = cluster("node-c", vec![selected, other]);
+    s.l2_advertisements = vec![for_services(&[("tier", "public")])];
+    let plan = plan_l2(&s);
+    let a = &plan.addresses[&ip("10.99.0.60")];
+    assert_eq!(a.services.len(), 2, "both Services hold the address");
+    assert_eq!(a.owner.as_deref(), Ok("node-c"));
+    assert_eq!(a.not_selected, [ServiceKey::new("default", "other")]);
+    assert!(plan.owned.contains_key(&ip("10.99.0.60")));
+}
+
+#[test]
+fn a_selected_service_without_endpoints_is_not_announced_through_an_unselected_one() {
+    let selected = labelled(
+        svc("selected", &["10.99.0.61"], false, vec![]),
+        &[("tier", "public")],
+    );
+    let other = svc("other", &["10.99.0.61"], false, vec![ready_on("node-b")]);
+    let mut s = cluster("node-a", vec![selected, other]);
+    s.l2_advertisements = vec![for_services(&[("tier", "public")])];
+    assert_eq!(
+        plan_l2(&s).addresses[&ip("10.99.0.61")].owner,
+        Err(NotAnnounced::NoReadyEndpoints)
+    );
+}
+
+#[test]
+fn services_sharing_an_address_through_different_advertisements_get_their_union() {
+    // `public` answers from node-a on eth1, `internal` from node-b on eth2: the shared address
+    // has one owner among both, answering on what the advertisements selecting it name.
+    let public = labelled(
+        svc("public", &["10.99.0.62"], false, vec![ready_on("node-a")]),
+        &[("tier", "public")],
+    );
+    let internal = labelled(
+        svc("internal", &["10.99.0.62"], false, vec![ready_on("node-b")]),
+        &[("tier", "internal")],
+    );
+    let on = |node: &str, tier: &str, interface: &str| L2AdvertisementInfo {
+        node_selectors: vec![selector(&[("kubernetes.io/hostname", node)])],
+        interfaces: vec![interface.into()],
+        ..for_services(&[("tier", tier)])
+    };
+    let mut s = cluster("node-a", vec![public.clone(), internal.clone()]);
+    s.l2_advertisements = vec![
+        on("node-a", "public", "eth1"),
+        on("node-b", "internal", "eth2"),
+    ];
+    let a = &plan_l2(&s).addresses[&ip("10.99.0.62")];
+    let mut candidates = a.candidates.clone();
+    candidates.sort();
+    assert_eq!(candidates, ["node-a", "node-b"]);
+    assert_eq!(
+        a.not_eligible.get("node-c"),
+        Some(&NotEligible::NodeSelectorMismatch)
+    );
+    let owner = a.owner.clone().unwrap();
+    let want = if owner == "node-a" { "eth1" } else { "eth2" };
+    assert_eq!(a.interfaces, Interfaces::Named([want.to_string()].into()));
+    // With `internal` gone, only `public`'s node and interface remain.
+    s.services = vec![public];
+    let a = &plan_l2(&s).addresses[&ip("10.99.0.62")];
+    assert_eq!(a.candidates, ["node-a"]);
+    assert_eq!(a.interfaces, Interfaces::Named(["eth1".to_string()].into()));
+}
+
+#[test]
+fn service_labels_are_packed_and_read_back() {
+    let l = ServiceLabels::new(&labels(&[
+        ("b", "2"),
+        ("a", ""),
+        ("app.kubernetes.io/name", "web"),
+    ]));
+    assert_eq!(
+        l.iter().collect::<Vec<_>>(),
+        [("a", ""), ("app.kubernetes.io/name", "web"), ("b", "2")]
+    );
+    assert_eq!(l.get("a"), Some(""));
+    assert_eq!(l.get("c"), None);
+    assert!(ServiceLabels::new(&labels(&[])).is_empty());
+    let odd = ServiceLabels::new(&labels(&[("x\0y", "1"), ("ok", "v\0")]));
+    assert!(odd.is_empty(), "labels the API server refuses are left out");
+}
+
+#[test]
+fn a_service_and_the_advertisements_keep_what_service_selectors_read() {
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop", "labels": {"tier": "public"}},
+        "spec": {"type": "LoadBalancer"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "10.99.0.100"}]}}
+    }))
+    .unwrap();
+    let info = service_info(
+        &svc,
+        &[],
+        ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS,
+        false,
+    )
+    .unwrap();
+    assert_eq!(info.labels.get("tier"), Some("public"));
+    let adv: ferrolb_api::v1beta1::L2Advertisement = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "a", "namespace": "ferrolb"},
+        "spec": {"serviceSelectors": [{"matchLabels": {"tier": "public"}}]}
+    }))
+    .unwrap();
+    let adv = l2_advertisement_info(&adv);
+    assert!(adv.selects_service(&info));
+    let bgp: ferrolb_api::v1beta1::BGPAdvertisement = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "b", "namespace": "ferrolb"},
+        "spec": {"serviceSelectors": [{"matchLabels": {"tier": "internal"}}]}
+    }))
+    .unwrap();
+    let bgp = super::convert::bgp_advertisements(&[bgp], &[]);
+    assert_eq!(bgp[0].service_selectors.len(), 1);
 }

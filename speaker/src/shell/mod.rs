@@ -95,6 +95,9 @@ pub struct Speaker {
     peers: Vec<PeerConfig>,
     advertised: BTreeMap<String, Vec<Advertisement>>,
     l2_announcing: BTreeSet<ServiceKey>,
+    /// Owned addresses announced for Services sharing them with a Service no advertisement
+    /// selects, with that Service (told once, when it starts).
+    unselected_sharing: BTreeSet<(ServiceKey, IpAddr)>,
     /// The `announced` metric's series per Service, as (address, protocol): the label sets
     /// themselves live in the metric family only.
     announced: HashMap<ServiceKey, Box<[(IpAddr, &'static str)]>>,
@@ -150,6 +153,7 @@ impl Speaker {
             peers: Vec::new(),
             advertised: BTreeMap::new(),
             l2_announcing: BTreeSet::new(),
+            unselected_sharing: BTreeSet::new(),
             announced: HashMap::new(),
             live: BTreeSet::new(),
             status,
@@ -261,6 +265,7 @@ impl Speaker {
                 .retain(|ip| cluster.services_at(*ip).next().is_some());
             let here = &self.unable_here;
             self.unable_reasons.retain(|ip, _| here.contains(ip));
+            self.note_unselected_sharing(cluster, &touched);
             self.export_l2();
         }
         if self.bgp.is_some() {
@@ -361,6 +366,47 @@ impl Speaker {
             );
         }
         problems.iter().map(|p| p.ip()).collect()
+    }
+
+    /// Tells, once per (address, Service), when this node answers for an address that a
+    /// Service shares with others although no advertisement selects it (`serviceSelectors`):
+    /// its traffic arrives too, since an address has one owner. A warning and an Event on that
+    /// Service; only the owner says it. Costs work for the `keys` that changed only.
+    fn note_unselected_sharing(&mut self, cluster: &Cluster, keys: &BTreeSet<ServiceKey>) {
+        for key in keys {
+            let now: BTreeSet<IpAddr> = cluster
+                .service_rec(key)
+                .into_iter()
+                .flat_map(|r| r.ingress.iter().copied())
+                .filter(|ip| self.l2.owned().contains_key(ip))
+                .filter(|ip| self.l2.not_selected(*ip).contains(key))
+                .collect();
+            let before: Vec<IpAddr> = self
+                .unselected_sharing
+                .range(
+                    (key.clone(), IpAddr::from([0u8; 4]))
+                        ..=(key.clone(), IpAddr::from([0xffu8; 16])),
+                )
+                .map(|(_, ip)| *ip)
+                .collect();
+            for ip in before.iter().filter(|ip| !now.contains(ip)) {
+                self.unselected_sharing.remove(&(key.clone(), *ip));
+            }
+            for ip in now.iter().filter(|ip| !before.contains(ip)) {
+                warn!(%ip, service = %key, "answering for an address this Service shares with selected Services, though no L2Advertisement selects it: its traffic arrives too");
+                self.event(
+                    cluster,
+                    key,
+                    EventType::Warning,
+                    "SharedAddressNotSelected",
+                    format!(
+                        "node \"{}\" answers for {ip}, shared with Services an L2Advertisement selects; none selects this Service (serviceSelectors), but its traffic to {ip} arrives too",
+                        self.settings.node
+                    ),
+                );
+                self.unselected_sharing.insert((key.clone(), *ip));
+            }
+        }
     }
 
     /// Notes when this node gets or loses the exclusion label (a node drain): for

@@ -34,7 +34,19 @@ impl World {
         cluster.pool(Update::Apply(pool("v4", &["10.0.0.0/28"])));
         cluster.pool(Update::Apply(pool("v6", &["fd00::/124"])));
         cluster.l2_advertisement(Update::Apply(l2_advertisement("all", &[], None)));
+        // Services labelled tier=internal are also answered for on rack 2, on eth1.
+        cluster.l2_advertisement(Update::Apply(l2_advertisement_for(
+            "internal",
+            Some(("rack", "2")),
+            &[("tier", "internal")],
+            &["eth1"],
+        )));
         cluster.bgp_advertisement(Update::Apply(bgp_advertisement("all", None)));
+        cluster.bgp_advertisement(Update::Apply(selective_bgp_advertisement(
+            "public",
+            None,
+            &[("tier", "public")],
+        )));
         cluster.peer(Update::Apply(peer("tor", "192.0.2.1")));
         World {
             cluster,
@@ -73,6 +85,11 @@ impl World {
                 .unwrap_or_else(|| panic!("{context}: {ip} undecided"));
             assert_eq!(got.owner, plan.owner, "{context}: owner of {ip}");
             assert_eq!(got.services, plan.services, "{context}: services of {ip}");
+            assert_eq!(
+                self.l2.not_selected(*ip),
+                plan.not_selected,
+                "{context}: Services not selected at {ip}"
+            );
         }
         assert_eq!(
             self.l2.decisions().count(),
@@ -111,6 +128,15 @@ fn random_ips(rng: &mut StdRng) -> Vec<String> {
         .collect()
 }
 
+fn random_labels(rng: &mut StdRng) -> Vec<(&'static str, &'static str)> {
+    match rng.random_range(0..4) {
+        0 => vec![],
+        1 => vec![("tier", "public")],
+        2 => vec![("tier", "internal")],
+        _ => vec![("app", "x"), ("tier", "other")],
+    }
+}
+
 fn random_change(w: &mut World, rng: &mut StdRng) -> String {
     let svc = format!("svc-{}", rng.random_range(0..12));
     let node_name = NODES[rng.random_range(0..NODES.len())];
@@ -119,9 +145,11 @@ fn random_change(w: &mut World, rng: &mut StdRng) -> String {
             let ips = random_ips(rng);
             let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
             let local = rng.random_bool(0.3);
-            w.cluster
-                .service(Update::Apply(service("default", &svc, &refs, local)));
-            format!("service {svc} {ips:?} local={local}")
+            let labels = random_labels(rng);
+            w.cluster.service(Update::Apply(labelled_service(
+                "default", &svc, &refs, local, &labels,
+            )));
+            format!("service {svc} {ips:?} local={local} labels={labels:?}")
         }
         30..38 => {
             w.cluster
@@ -178,15 +206,32 @@ fn random_change(w: &mut World, rng: &mut StdRng) -> String {
         }
         92..96 => {
             let selector = rng.random_bool(0.5).then_some(("rack", "1"));
+            let services: &[(&str, &str)] = match rng.random_range(0..3) {
+                0 => &[],
+                1 => &[("tier", "public")],
+                _ => &[("tier", "public"), ("tier", "internal")],
+            };
             w.cluster
-                .l2_advertisement(Update::Apply(l2_advertisement("all", &[], selector)));
-            format!("l2 advertisement selector {selector:?}")
+                .l2_advertisement(Update::Apply(l2_advertisement_for(
+                    "all",
+                    selector,
+                    services,
+                    &[],
+                )));
+            format!("l2 advertisement selector {selector:?} services {services:?}")
         }
         _ => {
             let len = rng.random_bool(0.5).then_some(30);
+            let services: &[(&str, &str)] = if rng.random_bool(0.5) {
+                &[("tier", "internal")]
+            } else {
+                &[]
+            };
             w.cluster
-                .bgp_advertisement(Update::Apply(bgp_advertisement("all", len)));
-            format!("bgp aggregation {len:?}")
+                .bgp_advertisement(Update::Apply(selective_bgp_advertisement(
+                    "all", len, services,
+                )));
+            format!("bgp aggregation {len:?} services {services:?}")
         }
     }
 }
@@ -374,4 +419,82 @@ fn a_leaving_node_redecides_only_the_addresses_it_owned() {
     let (l2, _) = w.step();
     assert_eq!(l2.decided, owned_by_c);
     w.check("after node-c left");
+}
+
+#[test]
+fn a_label_change_decides_only_that_services_addresses() {
+    let mut w = World::new("node-a");
+    for i in 0..10 {
+        let ip = format!("10.0.0.{i}");
+        w.cluster.service(Update::Apply(service(
+            "default",
+            &format!("s{i}"),
+            &[&ip],
+            false,
+        )));
+        w.cluster.slice(Update::Apply(slice(
+            "default",
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            &[("node-b", true)],
+        )));
+    }
+    w.step();
+    w.cluster.service(Update::Apply(labelled_service(
+        "default",
+        "s4",
+        &["10.0.0.4"],
+        false,
+        &[("tier", "public")],
+    )));
+    let (l2, bgp) = w.step();
+    assert_eq!(l2.decided, 1);
+    assert_eq!(
+        bgp.services,
+        BTreeSet::from([ServiceKey::new("default", "s4")]),
+        "selected by the public BGPAdvertisement now"
+    );
+    w.check("after one label change");
+}
+
+#[test]
+fn selectors_that_change_move_the_addresses_they_cover() {
+    let mut w = World::new("node-a");
+    for (name, ip, tier) in [
+        ("pub", "10.0.0.1", "public"),
+        ("int", "10.0.0.2", "internal"),
+    ] {
+        w.cluster.service(Update::Apply(labelled_service(
+            "default",
+            name,
+            &[ip],
+            false,
+            &[("tier", tier)],
+        )));
+        w.cluster.slice(Update::Apply(slice(
+            "default",
+            &format!("{name}-1"),
+            name,
+            &[("node-b", true)],
+        )));
+    }
+    w.step();
+    w.check("both announced");
+    w.cluster
+        .l2_advertisement(Update::Apply(selective_l2_advertisement(
+            "all",
+            &[("tier", "public")],
+        )));
+    w.cluster
+        .l2_advertisement(Update::Delete(selective_l2_advertisement("internal", &[])));
+    w.step();
+    w.check("only the public Service is selected");
+    let int = w.l2.decision("10.0.0.2".parse().unwrap()).unwrap();
+    assert_eq!(int.owner, Err(NotAnnounced::NoServiceSelected));
+    assert!(
+        w.l2.decision("10.0.0.1".parse().unwrap())
+            .unwrap()
+            .owner
+            .is_ok()
+    );
 }
