@@ -198,6 +198,19 @@ pub fn status(
     }
 }
 
+/// The body of a JSON merge patch of `/status` that makes the object say `status`: fields
+/// `status` leaves out are sent as `null`, so an old `errorSummary` or `node` is removed (a
+/// merge patch keeps what it does not mention).
+pub fn status_patch(status: &ConfigurationStateStatus) -> serde_json::Value {
+    let mut body = serde_json::to_value(status).unwrap_or_default();
+    if let Some(fields) = body.as_object_mut() {
+        for key in ["component", "node", "errorSummary", "conditions"] {
+            fields.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": body })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,6 +382,28 @@ mod tests {
         assert_eq!(fixed.result, ConfigurationResult::Valid);
         assert_eq!(fixed.conditions[0].status, "True");
         assert_eq!(fixed.conditions[0].last_transition_time, at(90));
+    }
+
+    #[test]
+    fn a_patch_to_valid_removes_the_old_error_summary() {
+        let st = status(
+            Component::Controller,
+            None,
+            Checked::Complete,
+            [],
+            None,
+            at(0),
+        );
+        let patch = status_patch(&st);
+        assert_eq!(patch["status"]["result"], "Valid");
+        assert!(patch["status"]["errorSummary"].is_null());
+        assert!(
+            patch["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("errorSummary")
+        );
+        assert_eq!(patch["status"]["component"], "controller");
     }
 
     #[test]
