@@ -8,6 +8,7 @@
 //! - [`selector`]: label selector matching with Kubernetes semantics.
 //! - [`service`]: what FerroLB reads from a core `Service`.
 //! - [`validate`]: rules that span objects (overlapping pools, dangling references).
+//! - [`summary`]: what a `ConfigurationState` says, from the problems a component found.
 //! - [`crd`]: the CRD YAML that `crdgen` writes into the Helm chart.
 
 pub mod crd;
@@ -15,5 +16,6 @@ pub mod duration;
 pub mod names;
 pub mod selector;
 pub mod service;
+pub mod summary;
 pub mod v1beta1;
 pub mod validate;

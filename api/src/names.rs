@@ -72,6 +72,10 @@ pub const STATUS_SERVICE_NAMESPACE_LABEL: &str = "ferrolb.io/service-namespace";
 /// Label on BGPSessionState objects: the `BGPPeer`'s name (the node is [`STATUS_NODE_LABEL`]).
 pub const STATUS_PEER_LABEL: &str = "ferrolb.io/peer";
 
+/// Label on ConfigurationState objects: the component that writes it (`controller` or
+/// `speaker`; a speaker's object also carries [`STATUS_NODE_LABEL`]).
+pub const COMPONENT_TYPE_LABEL: &str = "ferrolb.io/component-type";
+
 /// Label that identifies speaker Pods (used to discover gossip peers).
 pub const SPEAKER_POD_LABEL: &str = "app.kubernetes.io/component";
 /// Value of [`SPEAKER_POD_LABEL`] on speaker Pods.

@@ -215,7 +215,11 @@ fn the_full_fixture_converts_every_kind_and_field_to_the_expected_ferrolb_object
     // L2Advertisement.
     let l2 = &o.l2["l2-everything"].spec;
     assert_eq!(l2.ip_address_pools, strings(&["lab"]));
-    assert_eq!(l2.service_selectors.len(), 1, "serviceSelectors carried over");
+    assert_eq!(
+        l2.service_selectors.len(),
+        1,
+        "serviceSelectors carried over"
+    );
     assert_eq!(
         l2.preferred_node_selectors,
         vec![PreferredNodeSelector {

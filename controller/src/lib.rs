@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`allocator`]: the pure allocator (no I/O, no clock).
+//! - [`configstate`]: the controller's `ConfigurationState`, written only on change.
 //! - [`convert`]: Kubernetes objects to allocator data and back (pure).
 //! - [`error`]: why an API call failed, as a type with a metric label.
 //! - [`events`]: Events on their own task, through a bounded coalescing queue.
@@ -11,6 +12,7 @@
 //! - [`metrics`]: Prometheus metrics.
 
 pub mod allocator;
+pub mod configstate;
 pub mod convert;
 pub mod error;
 /// Events on their own bounded, coalescing queue (shared with the speaker).

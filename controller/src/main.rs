@@ -203,6 +203,12 @@ async fn main() -> anyhow::Result<()> {
     // profile would look missing, and a first pass would flip Ready to False and back.
     stores.secrets.wait_until_ready().await?;
     stores.bfd_profiles.wait_until_ready().await?;
+    // The ConfigurationState sums up every configuration kind: it says `Valid` or `Invalid`
+    // only once each has been listed.
+    stores.l2.wait_until_ready().await?;
+    stores.bgp.wait_until_ready().await?;
+    stores.peers.wait_until_ready().await?;
+    stores.communities.wait_until_ready().await?;
     ready.set(true);
 
     let settings = Settings {

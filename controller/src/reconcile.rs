@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrolb_api::names;
+use ferrolb_api::summary::{Checked, Problem};
 use ferrolb_api::v1beta1::{
     BFDProfile, BGPAdvertisement, BGPPeer, CONDITION_READY, Community, IPAddressPool,
     IPAddressPoolStatus, L2Advertisement,
@@ -43,6 +44,7 @@ use serde_json::json;
 use tracing::{Instrument, debug, debug_span, info, warn};
 
 use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
+use crate::configstate::ConfigStateWriter;
 use crate::convert::{
     ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
 };
@@ -73,6 +75,29 @@ pub struct Stores {
     /// Secrets in the install namespace, metadata only (for BGP peers' `passwordSecret`: the
     /// controller needs their names, never their data).
     pub secrets: Store<PartialObjectMeta<Secret>>,
+}
+
+impl Stores {
+    /// Whether every configuration kind has been listed once (before that, a missing pool,
+    /// peer or Secret may only not have been seen yet).
+    pub fn config_listed(&self) -> bool {
+        use futures::FutureExt;
+        fn listed<K: Resource<DynamicType = ()> + Clone>(s: &Store<K>) -> bool
+        where
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            s.wait_until_ready()
+                .now_or_never()
+                .is_some_and(|r| r.is_ok())
+        }
+        listed(&self.pools)
+            && listed(&self.l2)
+            && listed(&self.bgp)
+            && listed(&self.peers)
+            && listed(&self.communities)
+            && listed(&self.bfd_profiles)
+            && listed(&self.secrets)
+    }
 }
 
 /// What the controller remembers about one Service between passes.
@@ -158,6 +183,8 @@ pub struct Controller {
     exported: HashMap<ServiceKey, Vec<String>>,
     /// Services backing off after failed writes, by when they may be tried again.
     backoff: BTreeSet<(Instant, ServiceKey)>,
+    /// The controller's `ConfigurationState`.
+    config_state: ConfigStateWriter,
 }
 
 /// Result of one pass.
@@ -205,6 +232,7 @@ impl Controller {
             "allocator loaded from the cluster"
         );
         Ok(Self {
+            config_state: ConfigStateWriter::new(client.clone(), &settings.namespace),
             client,
             settings,
             leadership,
@@ -612,8 +640,97 @@ impl Controller {
         }
     }
 
-    async fn write_config_status(&self, stores: &Stores, pools: &[IPAddressPool]) {
+    /// Checks every configuration object; writes the controller's `ConfigurationState`
+    /// summing the errors up, then each object's `Ready` condition (and pool counts).
+    async fn write_config_status(&mut self, stores: &Stores, pools: &[IPAddressPool]) {
         let verdicts = validate::check_pools(pools);
+        let peers: Vec<BGPPeer> = stores.peers.state().iter().map(|p| (**p).clone()).collect();
+        let communities: Vec<Community> = stores
+            .communities
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        let l2: Vec<_> = stores
+            .l2
+            .state()
+            .into_iter()
+            .map(|adv| {
+                let errors = validate::check_l2_advertisement(&adv, pools);
+                (adv, errors)
+            })
+            .collect();
+        let bgp: Vec<_> = stores
+            .bgp
+            .state()
+            .into_iter()
+            .map(|adv| {
+                let errors = validate::check_bgp_advertisement(&adv, pools, &peers, &communities);
+                (adv, errors)
+            })
+            .collect();
+        let alias_errors: Vec<ConfigError> = validate::community_aliases(&communities)
+            .err()
+            .into_iter()
+            .collect();
+        let secrets: BTreeSet<String> = stores
+            .secrets
+            .state()
+            .iter()
+            .map(|s| s.name_any())
+            .collect();
+        let bfd_profiles: BTreeSet<String> = stores
+            .bfd_profiles
+            .state()
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        let peer_errors: Vec<Vec<ConfigError>> = peers
+            .iter()
+            .map(|peer| validate::check_bgp_peer(peer, &secrets, &bfd_profiles))
+            .collect();
+
+        let mut problems: Vec<Problem> = Vec::new();
+        for (name, verdict) in &verdicts {
+            if let PoolVerdict::NotReady(e) = verdict {
+                problems.push(Problem::new("IPAddressPool", name, e.to_string()));
+            }
+        }
+        for (adv, errors) in &l2 {
+            problems.extend(object_problems("L2Advertisement", &adv.name_any(), errors));
+        }
+        for (adv, errors) in &bgp {
+            problems.extend(object_problems("BGPAdvertisement", &adv.name_any(), errors));
+        }
+        for c in &communities {
+            // Named: the Community objects that define the alias in conflict.
+            for e in &alias_errors {
+                let defines = match e {
+                    ConfigError::DuplicateCommunityAlias { alias, .. } => {
+                        c.spec.communities.iter().any(|a| a.name == *alias)
+                    }
+                    _ => true,
+                };
+                if defines {
+                    problems.push(Problem::new("Community", c.name_any(), e.to_string()));
+                }
+            }
+        }
+        for (peer, errors) in peers.iter().zip(&peer_errors) {
+            problems.extend(object_problems("BGPPeer", &peer.name_any(), errors));
+        }
+        let checked = if stores.config_listed() {
+            Checked::Complete
+        } else {
+            Checked::NotYet
+        };
+        if self.leadership.is_leader()
+            && let Err(e) = self.config_state.write(checked, problems).await
+        {
+            warn!(error = %e, "writing the controller's ConfigurationState failed; retried on the next configuration pass");
+            self.metrics.api_error("configuration_state", &e);
+        }
+
         for pool in pools {
             let name = pool.name_any();
             let mut status = IPAddressPoolStatus::default();
@@ -652,43 +769,17 @@ impl Controller {
                 }
             }
         }
-        let peers: Vec<BGPPeer> = stores.peers.state().iter().map(|p| (**p).clone()).collect();
-        let communities: Vec<Community> = stores
-            .communities
-            .state()
-            .iter()
-            .map(|p| (**p).clone())
-            .collect();
-        for adv in stores.l2.state() {
-            let errors = validate::check_l2_advertisement(&adv, pools);
-            self.write_ready::<L2Advertisement>(&adv, &errors).await;
+        for (adv, errors) in &l2 {
+            self.write_ready::<L2Advertisement>(adv, errors).await;
         }
-        for adv in stores.bgp.state() {
-            let errors = validate::check_bgp_advertisement(&adv, pools, &peers, &communities);
-            self.write_ready::<BGPAdvertisement>(&adv, &errors).await;
+        for (adv, errors) in &bgp {
+            self.write_ready::<BGPAdvertisement>(adv, errors).await;
         }
-        let alias_errors: Vec<ConfigError> = validate::community_aliases(&communities)
-            .err()
-            .into_iter()
-            .collect();
         for c in stores.communities.state() {
             self.write_ready::<Community>(&c, &alias_errors).await;
         }
-        let secrets: BTreeSet<String> = stores
-            .secrets
-            .state()
-            .iter()
-            .map(|s| s.name_any())
-            .collect();
-        let bfd_profiles: BTreeSet<String> = stores
-            .bfd_profiles
-            .state()
-            .iter()
-            .map(|p| p.name_any())
-            .collect();
-        for peer in &peers {
-            let errors = validate::check_bgp_peer(peer, &secrets, &bfd_profiles);
-            self.write_ready::<BGPPeer>(peer, &errors).await;
+        for (peer, errors) in peers.iter().zip(&peer_errors) {
+            self.write_ready::<BGPPeer>(peer, errors).await;
         }
     }
 
@@ -766,6 +857,17 @@ impl Controller {
     }
 }
 
+/// The summary entries of one configuration object's errors.
+fn object_problems<'a>(
+    kind: &'static str,
+    name: &'a str,
+    errors: &'a [ConfigError],
+) -> impl Iterator<Item = Problem> + 'a {
+    errors
+        .iter()
+        .map(move |e| Problem::new(kind, name, e.to_string()))
+}
+
 /// An object reference to the Service `key`, for an Event about it.
 fn service_ref(key: &ServiceKey) -> k8s_openapi::api::core::v1::ObjectReference {
     k8s_openapi::api::core::v1::ObjectReference {
@@ -792,7 +894,13 @@ macro_rules! has_conditions {
         }
     )*};
 }
-has_conditions!(L2Advertisement, BGPAdvertisement, Community, BGPPeer);
+has_conditions!(
+    IPAddressPool,
+    L2Advertisement,
+    BGPAdvertisement,
+    Community,
+    BGPPeer
+);
 
 fn join(ips: &[std::net::IpAddr]) -> String {
     ips.iter()

@@ -9,6 +9,7 @@
 //!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses, leaving members ─────┤
 //!        ├─ status task (StatusQueue) and Event task (EventQueue): API writes      │
 //!        ├─ BGPSessionState task (latest session states, at most once a second)    │
+//!        ├─ ConfigurationState task (this node's checks, when they change)         │
 //!        ├─ telemetry::serve (/metrics /healthz /readyz)                           ▼
 //!        └─ sync loop: once every kind has listed; on change (debounced), or every 5 s for
 //!           interfaces and session metrics ─► Speaker::sync (no API call)
@@ -30,7 +31,7 @@ use ferrolb_speaker::membership::{Gossip, GossipKey, KeyRing, MembershipConfig};
 use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
 use ferrolb_speaker::shell::snapshot::secret_bytes;
-use ferrolb_speaker::shell::status::{StatusQueue, StatusWriter};
+use ferrolb_speaker::shell::status::{ConfigStateWriter, StatusQueue, StatusWriter};
 use ferrolb_speaker::shell::{MemberState, Settings, Speaker};
 use ferrolb_telemetry::events::{self, EventQueue};
 use ferrolb_telemetry::{LogFormat, Readiness};
@@ -214,6 +215,15 @@ async fn speaker_main() -> anyhow::Result<()> {
         l2_preference_hold_down: args.l2_preference_hold_down,
     };
     let mut speaker = Speaker::new(settings, metrics.clone(), status, events);
+    tokio::spawn(
+        ConfigStateWriter {
+            client: client.clone(),
+            namespace: args.namespace.clone(),
+            node: args.node_name.clone(),
+            metrics: metrics.clone(),
+        }
+        .run(speaker.config_report()),
+    );
     if args.enable_bgp {
         tokio::spawn(
             SessionStateWriter {

@@ -111,6 +111,9 @@ const CONTROLLER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "communities", WATCH),
     call(Ns, "ferrolb.io", "communities/status", PATCH),
     call(Ns, "ferrolb.io", "bfdprofiles", WATCH),
+    // Its ConfigurationState: read once per leadership term, created when missing.
+    call(Ns, "ferrolb.io", "configurationstates", &["get", "create"]),
+    call(Ns, "ferrolb.io", "configurationstates/status", PATCH),
     // Names only (metadata-only list and watch): a peer's password Secret must exist.
     call(Ns, "", "secrets", WATCH),
 ];
@@ -138,6 +141,9 @@ const SPEAKER_API_CALLS: &[ApiCall] = &[
     call(Ns, "ferrolb.io", "servicebgpstatuses/status", PATCH),
     call(Ns, "ferrolb.io", "bgpsessionstates", OWN),
     call(Ns, "ferrolb.io", "bgpsessionstates/status", PATCH),
+    // Its node's ConfigurationState: listed by node label at start, created when missing.
+    call(Ns, "ferrolb.io", "configurationstates", &["list", "create"]),
+    call(Ns, "ferrolb.io", "configurationstates/status", PATCH),
 ];
 
 /// The command-line flags `ferrolb-controller` defines.

@@ -826,3 +826,146 @@ async fn a_peer_carries_both_families_unless_told_otherwise_and_disable_mp_canno
         "spec.dualStackAddressFamily",
     );
 }
+
+/// Merge patches the status of ConfigurationState `name` in `ns`.
+async fn patch_state_status(c: &TestCluster, ns: &str, name: &str, status: Value) -> RawResponse {
+    c.raw(
+        "PATCH",
+        &format!("/apis/ferrolb.io/v1beta1/namespaces/{ns}/configurationstates/{name}/status"),
+        "application/merge-patch+json",
+        Some(&json!({ "status": status }).to_string()),
+        &[],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_configuration_state_takes_a_result_and_a_summary_that_fit_its_rules() {
+    let (c, ns) = cluster().await;
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "configurationstates",
+            "ConfigurationState",
+            "controller",
+            json!({}),
+        )
+        .await,
+    );
+    let ok = patch_state_status(
+        &c,
+        &ns,
+        "controller",
+        json!({"component": "controller", "result": "Invalid",
+               "errorSummary": "IPAddressPool b: overlaps pool `a`"}),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(ok.body["status"]["result"], "Invalid");
+    let valid = patch_state_status(
+        &c,
+        &ns,
+        "controller",
+        json!({"result": "Valid", "errorSummary": null}),
+    )
+    .await;
+    assert_eq!(valid.status, 200, "{}", valid.text);
+    assert!(valid.body["status"].get("errorSummary").is_none());
+    for (status, needle) in [
+        (json!({"result": "Broken"}), "status.result"),
+        (
+            json!({"result": "Valid", "errorSummary": "BGPPeer x: down"}),
+            "errorSummary must be empty when result is Valid",
+        ),
+        (
+            json!({"component": "speaker", "result": "Valid"}),
+            "a speaker's ConfigurationState names its node",
+        ),
+        (json!({"component": "router"}), "status.component"),
+        (
+            json!({"result": "Invalid", "errorSummary": "x".repeat(4097)}),
+            "status.errorSummary",
+        ),
+    ] {
+        refused(
+            &patch_state_status(&c, &ns, "controller", status).await,
+            needle,
+        );
+    }
+    let speaker = create(
+        &c,
+        &ns,
+        "configurationstates",
+        "ConfigurationState",
+        "speaker-node-a",
+        json!({}),
+    )
+    .await;
+    accepted(&speaker);
+    let r = patch_state_status(
+        &c,
+        &ns,
+        "speaker-node-a",
+        json!({"component": "speaker", "node": "node-a", "result": "Valid"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_configuration_state_prints_its_component_node_result_and_summary() {
+    let (c, ns) = cluster().await;
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "configurationstates",
+            "ConfigurationState",
+            "speaker-node-a",
+            json!({}),
+        )
+        .await,
+    );
+    let r = patch_state_status(
+        &c,
+        &ns,
+        "speaker-node-a",
+        json!({"component": "speaker", "node": "node-a", "result": "Invalid",
+               "errorSummary": "Interface eth9: interface `eth9` does not exist on this node"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let table = c
+        .raw(
+            "GET",
+            &format!("/apis/ferrolb.io/v1beta1/namespaces/{ns}/configurationstates"),
+            "application/json",
+            None,
+            &[(
+                "Accept",
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            )],
+        )
+        .await;
+    assert_eq!(table.status, 200, "{}", table.text);
+    let names: Vec<&str> = table.body["columnDefinitions"]
+        .as_array()
+        .expect("a Table")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        ["Name", "Component", "Node", "Result", "ErrorSummary", "Age"]
+    );
+    let cells = &table.body["rows"][0]["cells"];
+    assert_eq!(cells[0], "speaker-node-a");
+    assert_eq!(cells[1], "speaker");
+    assert_eq!(cells[2], "node-a");
+    assert_eq!(cells[3], "Invalid");
+    assert_eq!(
+        cells[4],
+        "Interface eth9: interface `eth9` does not exist on this node"
+    );
+}

@@ -12,6 +12,7 @@
 mod bfd;
 mod bgp;
 mod community;
+mod configstate;
 mod l2;
 mod pool;
 mod status;
@@ -19,6 +20,7 @@ mod status;
 pub use bfd::*;
 pub use bgp::*;
 pub use community::*;
+pub use configstate::*;
 pub use l2::*;
 pub use pool::*;
 pub use status::*;
@@ -55,6 +57,7 @@ pub fn all_crds()
         ServiceL2Status::crd(),
         ServiceBGPStatus::crd(),
         BGPSessionState::crd(),
+        ConfigurationState::crd(),
     ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {

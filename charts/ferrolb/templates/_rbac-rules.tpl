@@ -7,12 +7,14 @@ and the API calls recorded from the binaries are to be compared with that table.
               Secrets in its namespace (metadata only: BGP peers' password Secrets must exist;
               it never reads their data); writes Services' status and their
               allocated-from-pool annotation, the Ready condition of pools, advertisements,
-              communities and BGP peers; takes the leader Lease; creates Events
+              communities and BGP peers; reads, creates and merge patches the status of its
+              ConfigurationState (`controller`); takes the leader Lease; creates Events
               (events.k8s.io; each a new object, never patched).
   speaker:    watches what to announce (Services, EndpointSlices, Nodes, the ferrolb.io kinds),
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
               lists, creates and deletes its ServiceL2Status / ServiceBGPStatus /
-              BGPSessionState objects and merge patches their status; creates Events
+              BGPSessionState objects and merge patches their status; lists and creates its
+              ConfigurationState (`speaker-<node>`) and merge patches its status; creates Events
               (events.k8s.io; each a new object, never patched).
 */}}
 
@@ -43,6 +45,12 @@ and the API calls recorded from the binaries are to be compared with that table.
 - apiGroups: [ferrolb.io]
   resources: [ipaddresspools/status, l2advertisements/status, bgpadvertisements/status, bgppeers/status, communities/status]
   verbs: [patch]
+- apiGroups: [ferrolb.io]
+  resources: [configurationstates]
+  verbs: [get, create]
+- apiGroups: [ferrolb.io]
+  resources: [configurationstates/status]
+  verbs: [patch]
 {{- end -}}
 
 {{/* Speaker, cluster-wide (ClusterRole). */}}
@@ -71,5 +79,11 @@ and the API calls recorded from the binaries are to be compared with that table.
   verbs: [list, create, delete]
 - apiGroups: [ferrolb.io]
   resources: [servicel2statuses/status, servicebgpstatuses/status, bgpsessionstates/status]
+  verbs: [patch]
+- apiGroups: [ferrolb.io]
+  resources: [configurationstates]
+  verbs: [list, create]
+- apiGroups: [ferrolb.io]
+  resources: [configurationstates/status]
   verbs: [patch]
 {{- end -}}

@@ -13,6 +13,7 @@
 //! Events onto bounded, coalescing queues that other tasks drain. Its work is proportional to
 //! what changed since the previous call.
 
+pub mod checks;
 pub mod metrics;
 pub mod sessions;
 pub mod snapshot;
@@ -109,6 +110,8 @@ pub struct Speaker {
     node_uid: Option<String>,
     session_states: sessions::SessionStates,
     session_report: tokio::sync::watch::Sender<Option<Arc<sessions::Report>>>,
+    checks: checks::NodeChecks,
+    config_report: tokio::sync::watch::Sender<Option<Arc<status::ConfigReport>>>,
     /// Since when this node carries the exclusion label, as this speaker saw it.
     excluded_since: Option<std::time::Instant>,
     /// Addresses given up because this node was excluded, still answered until the instant
@@ -162,6 +165,8 @@ impl Speaker {
             node_uid: None,
             session_states: sessions::SessionStates::default(),
             session_report: tokio::sync::watch::Sender::new(None),
+            checks: checks::NodeChecks::default(),
+            config_report: tokio::sync::watch::Sender::new(None),
             excluded_since: None,
             handing_over: BTreeMap::new(),
             arrivals,
@@ -175,6 +180,12 @@ impl Speaker {
     /// the first).
     pub fn session_report(&self) -> tokio::sync::watch::Receiver<Option<Arc<sessions::Report>>> {
         self.session_report.subscribe()
+    }
+
+    /// What this node's `ConfigurationState` should say, for [`status::ConfigStateWriter`];
+    /// refreshed by every [`Speaker::tick`] (`None` until the first).
+    pub fn config_report(&self) -> tokio::sync::watch::Receiver<Option<Arc<status::ConfigReport>>> {
+        self.config_report.subscribe()
     }
 
     /// The addresses this node was elected for but cannot answer for (to publish over gossip).
@@ -197,6 +208,9 @@ impl Speaker {
         self.live = live.clone();
         let mut out = Synced::default();
         let mut touched: BTreeSet<ServiceKey> = changes.services.clone();
+        if changes.config {
+            self.node_uid = cluster.this_node_uid().map(str::to_owned);
+        }
         if self.responder.is_some() {
             if changes.config {
                 self.note_exclusion(cluster);
@@ -585,7 +599,6 @@ impl Speaker {
                     .inc();
             }
             self.peer_errors = errors;
-            self.node_uid = cluster.this_node_uid().map(str::to_owned);
             if peers != self.peers {
                 info!(peers = peers.len(), "BGP peers changed");
                 bgp.set_peers(peers.clone());
@@ -796,6 +809,29 @@ impl Speaker {
     pub fn tick(&mut self) {
         self.export_sessions();
         self.export_l2();
+        self.export_config_state(std::time::Instant::now());
+    }
+
+    /// Hands this node's checks at `now` to the `ConfigurationState` task (when they changed).
+    fn export_config_state(&mut self, now: std::time::Instant) {
+        let inputs = checks::Inputs {
+            peer_errors: &self.peer_errors,
+            peers: &self.peers,
+            sessions: &self.exported_peers,
+            interface_faults: &self.interface_faults,
+            unable: &self.unable_reasons,
+        };
+        let report = status::ConfigReport {
+            node_uid: self.node_uid.clone(),
+            problems: self.checks.problems(now, &self.settings.node, &inputs),
+        };
+        self.config_report.send_if_modified(|r| {
+            let changed = r.as_deref() != Some(&report);
+            if changed {
+                *r = Some(Arc::new(report));
+            }
+            changed
+        });
     }
 
     /// Withdraws everything. At once, BGP routes are announced again with GRACEFUL_SHUTDOWN
@@ -933,6 +969,52 @@ fn malformed_series(peer: &str, st: &crate::bgp::PeerStatus) -> Vec<(MalformedLa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_peer_this_node_cannot_configure_reaches_its_configuration_state_report() {
+        use crate::cluster::fixtures;
+        use crate::cluster::{Scope, Update};
+        let settings = Settings {
+            node: "node-a".into(),
+            namespace: "ferrolb-system".into(),
+            enable_l2: false,
+            enable_bgp: true,
+            l2_handover: std::time::Duration::ZERO,
+            l2_preference_hold_down: std::time::Duration::ZERO,
+        };
+        let mut speaker = Speaker::new(
+            settings,
+            Metrics::default(),
+            StatusQueue::new(),
+            Arc::new(EventQueue::new(16)),
+        );
+        let reports = speaker.config_report();
+        let mut cluster = Cluster::new(Scope {
+            this_node: "node-a".into(),
+            class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+            ignore_unclassed: false,
+        });
+        let mut node = fixtures::node("node-a", &[]);
+        node.metadata.uid = Some("uid-a".into());
+        cluster.node(Update::Apply(node));
+        let mut peer = fixtures::peer("tor", "192.0.2.1");
+        peer.spec.password_secret = Some(ferrolb_api::v1beta1::SecretRef { name: "md5".into() });
+        cluster.peer(Update::Apply(peer));
+        speaker.sync(&mut cluster, &BTreeSet::new(), &Unable::new(), None);
+        assert!(reports.borrow().is_none(), "nothing before the first tick");
+        speaker.tick();
+        let report = reports.borrow().clone().expect("a report after the tick");
+        assert_eq!(report.node_uid.as_deref(), Some("uid-a"));
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        let p = &report.problems[0];
+        assert_eq!((p.kind, p.name.as_str()), ("BGPPeer", "tor"));
+        assert!(p.message.contains("`md5`"), "{}", p.message);
+        // Nothing changed: the report is not sent again.
+        let mut rx = reports.clone();
+        rx.mark_unchanged();
+        speaker.tick();
+        assert!(!rx.has_changed().unwrap());
+    }
 
     #[test]
     fn speaker_pods_ready_dates_become_instants_and_unready_pods_count_for_nothing() {

@@ -22,6 +22,9 @@
 //!   only differences; it never lists per sync.
 //! - A Service this node takes over over layer 2 has the object that a dead owner left deleted
 //!   (one list by the Service's labels, at the takeover only).
+//!
+//! This node's `ConfigurationState` has a task of its own ([`ConfigStateWriter`]): the latest
+//! report through a `watch`, written at most once a second and only when it changed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -29,12 +32,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrolb_api::names;
+use ferrolb_api::summary::{self, Checked, Problem};
 use ferrolb_api::v1beta1::{
     BGPSessionState, BGPSessionStateSpec, BGPSessionStateStatus, InterfaceInfo, ServiceBGPStatus,
     ServiceBGPStatusSpec, ServiceBGPStatusStatus, ServiceL2Status, ServiceL2StatusSpec,
     ServiceL2StatusStatus,
 };
+use ferrolb_api::v1beta1::{
+    Component, ConfigurationState, ConfigurationStateSpec, ConfigurationStateStatus,
+    speaker_object_name,
+};
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -479,6 +488,181 @@ impl StatusWriter {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+/// What this node's `ConfigurationState` should say: the problems found by
+/// [`super::checks::NodeChecks`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConfigReport {
+    /// This node's UID (the object's owner), once known.
+    pub node_uid: Option<String>,
+    /// The problems, in any order (the summary sorts them).
+    pub problems: Vec<Problem>,
+}
+
+/// Shortest time between two writes of the node's `ConfigurationState` (its latest state
+/// always lands).
+pub const CONFIG_STATE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The task that writes this node's `ConfigurationState` (`speaker-<node>`, owned by the
+/// Node, so it goes with it).
+///
+/// # Guarantees
+/// - One list (by node label) at start to learn what the object says; after that, a write
+///   only when the status it should have differs from what was written: problems that stay
+///   the same cost nothing, on any number of nodes.
+/// - The sync loop never waits on it: it hands the latest report to a `watch`.
+pub struct ConfigStateWriter {
+    /// The client.
+    pub client: Client,
+    /// The install namespace.
+    pub namespace: String,
+    /// This node.
+    pub node: String,
+    /// Metrics (write failures).
+    pub metrics: Metrics,
+}
+
+impl ConfigStateWriter {
+    /// Makes the object say what `reports` holds, forever. Nothing is written before the
+    /// first report (the speaker has listed every kind by then).
+    pub async fn run(self, mut reports: watch::Receiver<Option<Arc<ConfigReport>>>) {
+        let api: Api<ConfigurationState> = Api::namespaced(self.client.clone(), &self.namespace);
+        let name = speaker_object_name(&self.node);
+        let mut delay = FIRST_BACKOFF;
+        // `None`: the object does not exist; `Some(None)`: it has no status yet.
+        let mut written: Option<Option<ConfigurationStateStatus>> = loop {
+            match self.load(&api, &name).await {
+                Ok(w) => break w,
+                Err(e) => {
+                    warn!(error = %e, "listing this node's ConfigurationState failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_BACKOFF);
+                }
+            }
+        };
+        let mut failures = 0u32;
+        loop {
+            let Some(report) = reports.borrow_and_update().clone() else {
+                if reports.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            let old = written.clone().flatten();
+            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            );
+            let desired = summary::status(
+                Component::Speaker,
+                Some(&self.node),
+                Checked::Complete,
+                report.problems.iter().cloned(),
+                old.as_ref(),
+                now,
+            );
+            if old.as_ref() != Some(&desired) {
+                match self
+                    .write(&api, &name, &report, &desired, written.is_some())
+                    .await
+                {
+                    Ok(()) => {
+                        failures = 0;
+                        written = Some(Some(desired));
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        self.metrics.status_write_failures.inc();
+                        warn!(error = %e, attempt = failures, "writing this node's ConfigurationState failed; retrying");
+                        if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                            written = None; // deleted behind our back: create it again
+                        }
+                        let delay = FIRST_BACKOFF
+                            .saturating_mul(1 << (failures - 1).min(6))
+                            .min(MAX_BACKOFF);
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                }
+            }
+            tokio::time::sleep(CONFIG_STATE_INTERVAL).await;
+            if reports.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// What the object says now, found with one list by this node's labels.
+    async fn load(
+        &self,
+        api: &Api<ConfigurationState>,
+        name: &str,
+    ) -> Result<Option<Option<ConfigurationStateStatus>>, kube::Error> {
+        let selector = format!(
+            "{}={},{}={}",
+            names::COMPONENT_TYPE_LABEL,
+            Component::Speaker.label(),
+            names::STATUS_NODE_LABEL,
+            self.node
+        );
+        let list = api.list(&ListParams::default().labels(&selector)).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .find(|o| o.name_any() == name)
+            .map(|o| o.status))
+    }
+
+    async fn write(
+        &self,
+        api: &Api<ConfigurationState>,
+        name: &str,
+        report: &ConfigReport,
+        desired: &ConfigurationStateStatus,
+        exists: bool,
+    ) -> Result<(), kube::Error> {
+        if !exists {
+            let labels = [
+                (names::COMPONENT_TYPE_LABEL, Component::Speaker.label()),
+                (names::STATUS_NODE_LABEL, self.node.as_str()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            let object = ConfigurationState {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some(self.namespace.clone()),
+                    labels: Some(labels),
+                    owner_references: report.node_uid.as_ref().map(|uid| {
+                        vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Node".into(),
+                            name: self.node.clone(),
+                            uid: uid.clone(),
+                            ..Default::default()
+                        }]
+                    }),
+                    ..Default::default()
+                },
+                spec: ConfigurationStateSpec {},
+                status: None,
+            };
+            match api.create(&PostParams::default(), &object).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(summary::status_patch(desired)),
+        )
+        .await?;
+        debug!(result = ?desired.result, "wrote this node's ConfigurationState");
         Ok(())
     }
 }
