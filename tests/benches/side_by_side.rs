@@ -31,7 +31,8 @@
 //! router (5 times each), then the speaker's RSS and idle CPU with 10,000.
 //!
 //! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part; `=routes` only the lab's route-count
-//! scenario. `FERROLB_BENCH_ROUTES` gives its counts (`1000,10000`).
+//! scenario. `FERROLB_BENCH_ROUTES` gives its counts (`1000,10000`); `FERROLB_BENCH_SYSTEMS`
+//! (`ferrolb`, `metallb`) runs the lab part for those only, and prints no table then.
 //!
 //! Prints one table with both systems and the ratio (MetalLB / FerroLB: above 1, FerroLB is
 //! faster or smaller). Asserts nothing but that both systems assign every Service.
@@ -517,7 +518,13 @@ async fn main() {
     } else if let Some(why) = &lab_missing {
         eprintln!("side_by_side: the lab scenarios need {why}; they are left out");
     } else {
-        for system in [System::MetalLb, System::FerroLb] {
+        let systems = std::env::var("FERROLB_BENCH_SYSTEMS").unwrap_or_default();
+        for system in [System::MetalLb, System::FerroLb].into_iter().filter(|s| {
+            systems.is_empty()
+                || systems
+                    .split(',')
+                    .any(|n| s.name().to_lowercase().starts_with(n.trim()))
+        }) {
             eprintln!(
                 "{}: the lab ({}routes {route_counts:?})",
                 system.name(),
