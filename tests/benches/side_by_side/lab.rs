@@ -383,6 +383,13 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
             }
         })
         .expect("the Services list");
+    eprintln!(
+        "  {}: speaker RSS {:.1} MiB, CPU with nothing changing {:.2} %, {} LoadBalancer Services",
+        system_name(system),
+        f.speaker_rss_kib as f64 / 1024.0,
+        f.speaker_idle_cpu,
+        f.speaker_services
+    );
 }
 
 /// Creates the Services `route-{i}` for `range`, from the routes pool, without NodePorts (the
