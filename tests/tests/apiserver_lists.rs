@@ -172,14 +172,28 @@ async fn paging_serves_later_pages_from_the_first_snapshot() {
 async fn resource_version_zero_ignores_limit_and_match_without_version_is_422() {
     let mut c = support::cluster().await;
     let (ns, _) = services(&mut c).await;
-    let r = c
-        .json(
-            "GET",
-            &format!("/api/v1/namespaces/{ns}/services?resourceVersion=0&limit=2"),
-            None,
-        )
-        .await;
-    assert_eq!(r.body["items"].as_array().unwrap().len(), 4);
+    // `resourceVersion=0` is "any version": a real server answers from its watch cache, which
+    // may not hold the last create yet. Ask until it does; a server that honoured the limit
+    // would answer 2 every time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = c
+            .json(
+                "GET",
+                &format!("/api/v1/namespaces/{ns}/services?resourceVersion=0&limit=2"),
+                None,
+            )
+            .await;
+        let items = r.body["items"].as_array().unwrap().len();
+        if items == 4 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a resourceVersion=0 list with limit=2 still had {items} of the 4 Services after 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let r = c
         .json(
             "GET",
