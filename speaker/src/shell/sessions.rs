@@ -224,17 +224,12 @@ impl SessionStateWriter {
     /// first report (the objects a previous speaker left are kept until then).
     pub async fn run(self, mut reports: watch::Receiver<Option<Arc<Report>>>) {
         let api: Api<BGPSessionState> = Api::namespaced(self.client.clone(), &self.namespace);
-        let mut delay = MIN_PASS_INTERVAL;
-        let written = loop {
-            match Written::load(api.clone(), &self.node).await {
-                Ok(w) => break w,
-                Err(e) => {
-                    warn!(error = %e, "listing this node's BGPSessionState objects failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_BACKOFF);
-                }
-            }
-        };
+        let written = super::status::until_listed(
+            "listing this node's BGPSessionState objects",
+            MIN_PASS_INTERVAL,
+            || Written::load(api.clone(), &self.node),
+        )
+        .await;
         let mut failures = 0u32;
         loop {
             let Some(report) = reports.borrow_and_update().clone() else {

@@ -61,6 +61,28 @@ pub const WRITERS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest retry delay.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Runs `op` until it succeeds, waiting `first` after the first failure and twice as long after
+/// each next one, up to [`MAX_BACKOFF`]; every failure is logged as `what` failing. For the
+/// writers' first list of this node's objects, which nothing can proceed without.
+pub(crate) async fn until_listed<T, E, F, Fut>(what: &str, first: Duration, mut op: F) -> T
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut delay = first;
+    loop {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) => {
+                warn!(error = %e, "{what} failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
 /// Objects per page when listing this node's objects at start.
 const LOAD_PAGE: u32 = 500;
 /// Objects written in a burst after which free memory is given back once the queue empties.
@@ -420,17 +442,13 @@ impl StatusWriter {
 
     async fn load<K: StatusKind>(&self) -> Arc<Written<K>> {
         let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
-        let mut delay = FIRST_BACKOFF;
-        loop {
-            match Written::load(api.clone(), &self.node).await {
-                Ok(w) => return Arc::new(w),
-                Err(e) => {
-                    warn!(kind = %K::kind(&()), error = %e, "listing this node's status objects failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
+        let what = format!("listing this node's {} objects", K::kind(&()));
+        Arc::new(
+            until_listed(&what, FIRST_BACKOFF, || {
+                Written::load(api.clone(), &self.node)
+            })
+            .await,
+        )
     }
 
     async fn write(
@@ -531,18 +549,13 @@ impl ConfigStateWriter {
     pub async fn run(self, mut reports: watch::Receiver<Option<Arc<ConfigReport>>>) {
         let api: Api<ConfigurationState> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = speaker_object_name(&self.node);
-        let mut delay = FIRST_BACKOFF;
         // `None`: the object does not exist; `Some(None)`: it has no status yet.
-        let mut written: Option<Option<ConfigurationStateStatus>> = loop {
-            match self.load(&api, &name).await {
-                Ok(w) => break w,
-                Err(e) => {
-                    warn!(error = %e, "listing this node's ConfigurationState failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_BACKOFF);
-                }
-            }
-        };
+        let mut written: Option<Option<ConfigurationStateStatus>> = until_listed(
+            "listing this node's ConfigurationState",
+            FIRST_BACKOFF,
+            || self.load(&api, &name),
+        )
+        .await;
         let mut failures = 0u32;
         loop {
             let Some(report) = reports.borrow_and_update().clone() else {
