@@ -14,6 +14,7 @@
 pub mod crd;
 pub mod duration;
 pub mod names;
+pub mod patch;
 pub mod selector;
 pub mod service;
 pub mod summary;

@@ -14,6 +14,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::patch::StatusSchema;
 use crate::v1beta1::{Component, ConfigurationResult, ConfigurationStateStatus};
 
 /// The longest `errorSummary` written, in bytes.
@@ -202,13 +203,8 @@ pub fn status(
 /// `status` leaves out are sent as `null`, so an old `errorSummary` or `node` is removed (a
 /// merge patch keeps what it does not mention).
 pub fn status_patch(status: &ConfigurationStateStatus) -> serde_json::Value {
-    let mut body = serde_json::to_value(status).unwrap_or_default();
-    if let Some(fields) = body.as_object_mut() {
-        for key in ["component", "node", "errorSummary", "conditions"] {
-            fields.entry(key).or_insert(serde_json::Value::Null);
-        }
-    }
-    serde_json::json!({ "status": body })
+    static SCHEMA: StatusSchema = StatusSchema::of::<ConfigurationStateStatus>();
+    SCHEMA.replacing(status)
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! A peer's `vrf`: the session's sockets are bound to the named device (`SO_BINDTODEVICE`),
 //! end to end against a real BIRD in network namespaces.
 //!
-//! This project's CI kernel has no VRF support (`CONFIG_NET_VRF` is not set), so what is
-//! tested here is the binding itself, to plain interfaces: binding works the same way for a
-//! VRF master device. The node namespace reaches the router only through the device the peer
-//! names: that device's connected route lives in a table of its own, chosen by an `oif` rule,
-//! and the main table's default route points at another device (`blue`) that leads nowhere.
+//! Two tests. The first binds to plain interfaces: the node namespace reaches the router only
+//! through the device the peer names (its connected route lives in a table of its own, chosen
+//! by an `oif` rule, and the main table's default route points at `blue`, which leads nowhere).
+//! The second puts the node's interface into a real Linux VRF. This project's CI kernel has no
+//! VRF (`CONFIG_NET_VRF` is not set and it loads no modules), so there that test re-runs itself
+//! in a user-mode Linux guest whose kernel has one (`bgp_support::guest`).
 //!
 //! ```text
 //!   node (speaker ns)                              router (router ns, BIRD)
@@ -23,6 +24,7 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
+use bgp_support::guest::{UML_KERNEL, in_guest, run_test_in_guest};
 use bgp_support::lab::{Lab, Probe, ROUTER_V4, SPEAKER_V4, eventually, skip_unless_available};
 use serde_json::{Value, json};
 
@@ -275,6 +277,152 @@ fn a_session_bound_to_its_device_comes_up_where_the_default_table_cannot_reach_a
     assert!(
         text.contains("[green ") && text.contains(&format!("BGP.next_hop: {GREEN_SPEAKER}")),
         "{text}"
+    );
+    probe.shutdown();
+}
+
+/// The guest kernel's modules a VRF needs, in load order (`modules.dep`).
+const VRF_MODULES: &[&str] = &[
+    "lib/crc-ccitt.ko",
+    "net/ipv6/ipv6.ko",
+    "drivers/net/vrf.ko",
+    "drivers/net/veth.ko",
+];
+const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Whether this kernel creates a VRF device (tried in a namespace of its own).
+fn kernel_has_vrf() -> bool {
+    let ns = format!("flb-vrf-probe-{}", std::process::id());
+    let ok = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ok(&["netns", "add", &ns]) {
+        return false;
+    }
+    let has = ok(&[
+        "-n", &ns, "link", "add", "probe", "type", "vrf", "table", "7",
+    ]);
+    ok(&["netns", "del", &ns]);
+    has
+}
+
+/// What `ip -n ns ...` prints; panics when it fails.
+fn ip(ns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .output()
+        .expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_session_in_a_linux_vrf_comes_up_over_it_and_announces_the_vrf_address_as_next_hop() {
+    if skip_unless_available(&["bird", "birdc"]) {
+        return;
+    }
+    if kernel_has_vrf() {
+        return session_in_a_real_vrf();
+    }
+    assert!(!in_guest(), "the user-mode Linux guest has no VRF either");
+    if skip_unless_available(&[UML_KERNEL]) {
+        return;
+    }
+    let run = run_test_in_guest(
+        "a_session_in_a_linux_vrf_comes_up_over_it_and_announces_the_vrf_address_as_next_hop",
+        VRF_MODULES,
+        GUEST_TIMEOUT,
+    );
+    println!("{}", run.output);
+    assert_eq!(
+        run.status,
+        Some(0),
+        "the test failed in the guest:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("test result: ok. 1 passed"),
+        "the test did not run in the guest:\n{}",
+        run.output
+    );
+}
+
+/// The node's interface `va` is enslaved to VRF `red` (table 10); the main table then holds no
+/// route towards the router. A session with `vrf: red` comes up with BFD, its TCP socket is
+/// bound to `red`, and BIRD gets the route with the VRF's address as next hop; a session with
+/// no `vrf` cannot reach the router.
+fn session_in_a_real_vrf() {
+    let mut lab = Lab::new("realvrf");
+    let s = lab.speaker_ns.clone();
+    ip(&s, &["link", "add", "red", "type", "vrf", "table", "10"]);
+    ip(&s, &["link", "set", "red", "up"]);
+    ip(&s, &["link", "set", "va", "master", "red"]);
+    let in_vrf = ip(&s, &["-4", "route", "show", "vrf", "red"]);
+    assert!(in_vrf.contains("10.99.0.0/24 dev va"), "{in_vrf}");
+    let main = ip(&s, &["-4", "route", "show", "table", "main"]);
+    assert!(!main.contains("10.99.0.0/24"), "main table: {main}");
+    lab.spawn_bird(&bird_conf());
+    let peers = [
+        peer("red", ROUTER_V4, Some("red")),
+        peer("unbound", ROUTER_V4, None),
+    ];
+    let args: Vec<String> = peers.iter().map(Value::to_string).collect();
+    let mut probe = Probe::spawn(&lab, env!("CARGO_BIN_EXE_bgp-probe"), &args);
+    let latest = Latest::default();
+    advertise(&mut probe, "red", RED_ROUTE);
+    advertise(&mut probe, "unbound", LOST_ROUTE);
+
+    let red = wait_peer(&mut probe, &latest, "red", ESTABLISH, |s| {
+        s["state"] == "Established" && s["bfd"] == "Up"
+    });
+    assert!(
+        red.is_some(),
+        "red: no session with BFD Up; last {:?}",
+        probe.last
+    );
+    // The established socket is bound to the VRF device (`ss` prints it as `address%device`).
+    let out = Command::new("ip")
+        .args(["netns", "exec", &s, "ss", "-tnH", "state", "established"])
+        .output()
+        .expect("ss");
+    let sockets = String::from_utf8_lossy(&out.stdout);
+    let bound = sockets
+        .lines()
+        .find(|l| l.contains(&format!("{SPEAKER_V4}%red:")) && l.contains(ROUTER_V4));
+    let bound = bound.unwrap_or_else(|| panic!("no established socket bound to red:\n{sockets}"));
+    eprintln!("the session's socket, as ss shows it: {bound}");
+    let mut seen = None;
+    assert!(
+        eventually(CONVERGE, || {
+            seen = bird_route(&lab, RED_ROUTE);
+            seen.is_some()
+        }),
+        "BIRD never got {RED_ROUTE}"
+    );
+    let text = seen.unwrap();
+    assert!(
+        text.contains("[red ") && text.contains(&format!("BGP.next_hop: {SPEAKER_V4}")),
+        "the route comes over the red session with the VRF's address as next hop:\n{text}"
+    );
+
+    let failed = wait_peer(&mut probe, &latest, "unbound", CONVERGE, |s| {
+        s["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&format!("TCP connection to {ROUTER_V4}:179")))
+    });
+    let failed = failed.unwrap_or_else(|| panic!("unbound: no failed attempt; {:?}", probe.last));
+    assert_eq!(failed["established_count"], 0, "unbound: {failed}");
+    assert!(
+        bird_route(&lab, LOST_ROUTE).is_none(),
+        "a session outside the VRF reached the router"
     );
     probe.shutdown();
 }

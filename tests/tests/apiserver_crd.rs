@@ -223,6 +223,48 @@ async fn status_in_a_create_body_is_dropped_and_invalid_status_is_rejected() {
 }
 
 #[tokio::test]
+async fn a_null_in_a_status_merge_patch_removes_that_field_and_keeps_the_others() {
+    let mut c = support::cluster().await;
+    let ns = c.namespace("crd").await;
+    let r = post(
+        &c,
+        &ns,
+        gadget("g1", json!({"pool": "p", "low": 1, "high": 2})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1/status");
+    let patch = |body: &'static str| {
+        let (c, path) = (&c, &path);
+        async move {
+            c.raw(
+                "PATCH",
+                path,
+                "application/merge-patch+json",
+                Some(body),
+                &[],
+            )
+            .await
+        }
+    };
+    let r = patch(r#"{"status":{"phase":"Ready","observedGeneration":1}}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["status"],
+        json!({"phase": "Ready", "observedGeneration": 1})
+    );
+    // What a status writer sends when the new status has no phase (ferrolb_api::patch).
+    let r = patch(r#"{"status":{"phase":null,"observedGeneration":2}}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["status"],
+        json!({"observedGeneration": 2}),
+        "{}",
+        r.text
+    );
+}
+
+#[tokio::test]
 async fn unknown_fields_are_pruned_with_a_warning_and_strict_validation_refuses_them() {
     let mut c = support::cluster().await;
     let ns = c.namespace("crd").await;

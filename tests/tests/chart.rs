@@ -176,6 +176,7 @@ const SPEAKER_FLAGS: &[&str] = &[
     "--load-balancer-class",
     "--ignore-unclassed",
     "--bgp-drain-time",
+    "--l2-preference-hold-down",
 ];
 
 /// The values variants the chart documents, one file each in `charts/ferrolb/ci/`.

@@ -969,3 +969,72 @@ async fn a_configuration_state_prints_its_component_node_result_and_summary() {
         "Interface eth9: interface `eth9` does not exist on this node"
     );
 }
+
+#[tokio::test]
+async fn a_session_state_patched_as_the_speaker_does_loses_what_a_session_that_went_down_no_longer_has()
+ {
+    use ferrolb_api::patch::StatusSchema;
+    use ferrolb_api::v1beta1::BGPSessionStateStatus;
+    static SCHEMA: StatusSchema = StatusSchema::of::<BGPSessionStateStatus>();
+    let (c, ns) = cluster().await;
+    let name = "tor.node-a";
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "bgpsessionstates",
+            "BGPSessionState",
+            name,
+            json!({}),
+        )
+        .await,
+    );
+    let patch = |status: BGPSessionStateStatus| {
+        let (c, ns) = (&c, &ns);
+        async move {
+            c.raw(
+                "PATCH",
+                &format!("/apis/ferrolb.io/v1beta1/namespaces/{ns}/bgpsessionstates/{name}/status"),
+                "application/merge-patch+json",
+                Some(&SCHEMA.replacing(&status).to_string()),
+                &[],
+            )
+            .await
+        }
+    };
+    let up: BGPSessionStateStatus = serde_json::from_value(json!({
+        "node": "node-a", "peer": "tor", "peerAddress": "192.0.2.1:179",
+        "bgpState": "Established", "bfdState": "Up", "establishedTime": "2026-12-01T00:00:00Z",
+        "establishedCount": 1, "ipv4Prefixes": 2, "holdTime": "90s", "keepaliveTime": "30s",
+        "capabilities": ["4-octet-as"], "bfdDetectionTime": "900ms",
+    }))
+    .unwrap();
+    let r = patch(up).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["status"]["holdTime"], "90s", "{}", r.text);
+    let down = BGPSessionStateStatus {
+        node: "node-a".into(),
+        peer: "tor".into(),
+        peer_address: "192.0.2.1:179".into(),
+        bgp_state: "Active".into(),
+        established_count: 1,
+        last_error: Some("TCP connection to 192.0.2.1:179: connection refused".into()),
+        ..Default::default()
+    };
+    let r = patch(down).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let status = r.body["status"].as_object().unwrap();
+    assert_eq!(status["bgpState"], "Active");
+    assert_eq!(status["ipv4Prefixes"], 0);
+    for gone in [
+        "bfdState",
+        "establishedTime",
+        "holdTime",
+        "keepaliveTime",
+        "capabilities",
+        "bfdDetectionTime",
+    ] {
+        assert!(!status.contains_key(gone), "{gone} stayed: {}", r.text);
+    }
+    assert!(status["lastError"].as_str().unwrap().contains("refused"));
+}

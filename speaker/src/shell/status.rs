@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrolb_api::names;
+use ferrolb_api::patch::StatusSchema;
 use ferrolb_api::summary::{self, Checked, Problem};
 use ferrolb_api::v1beta1::{
     BGPSessionState, BGPSessionStateSpec, BGPSessionStateStatus, InterfaceInfo, ServiceBGPStatus,
@@ -105,6 +106,8 @@ pub trait StatusKind:
     fn empty(meta: ObjectMeta) -> Self;
     /// The current status.
     fn payload(&self) -> Option<&Self::Payload>;
+    /// The merge patch that makes the status exactly `payload` (what it leaves out is removed).
+    fn status_patch(payload: &Self::Payload) -> serde_json::Value;
 }
 
 /// Implements [`StatusKind`] for a kind whose spec is empty and whose status is `$payload`.
@@ -121,6 +124,10 @@ macro_rules! status_kind {
             }
             fn payload(&self) -> Option<&Self::Payload> {
                 self.status.as_ref()
+            }
+            fn status_patch(payload: &Self::Payload) -> serde_json::Value {
+                static SCHEMA: StatusSchema = StatusSchema::of::<$payload>();
+                SCHEMA.replacing(payload)
             }
         }
     )*};
@@ -336,7 +343,7 @@ impl<K: StatusKind> Written<K> {
                     }
                     self.record(name, Some(None));
                 }
-                let patch = Patch::Merge(serde_json::json!({ "status": want }));
+                let patch = Patch::Merge(K::status_patch(want));
                 match self
                     .api
                     .patch_status(name, &PatchParams::default(), &patch)

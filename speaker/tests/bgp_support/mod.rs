@@ -1,6 +1,7 @@
 //! Shared helpers of the BGP integration tests: the recorded vectors.
 #![allow(dead_code)]
 
+pub mod guest;
 pub mod lab;
 
 use std::path::PathBuf;
