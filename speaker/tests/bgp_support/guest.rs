@@ -2,8 +2,9 @@
 //! user-mode Linux guest (Debian's `user-mode-linux`, `/usr/bin/linux.uml`).
 //!
 //! The guest's root file system is this machine's own (`hostfs`), so the test binary, `ip`,
-//! BIRD and the probe run there from the same paths. The guest mounts fresh `/tmp`, `/run`
-//! and `/proc`, loads the modules the test names from the guest kernel's own module tree
+//! BIRD and the probe run there from the same paths. The guest mounts a fresh `/run` (its
+//! `TMPDIR` is `/run/tmp`: sockets cannot live on hostfs, and `/tmp` may hold the checkout),
+//! `/proc` and `/sys`, loads the modules the test names from the guest kernel's own module tree
 //! (`/usr/lib/uml/modules/<release>`), and runs the one test with `FERROLB_GUEST=1`. Its output
 //! and exit status come back through a directory under `CARGO_TARGET_TMPDIR`.
 #![allow(dead_code)]
@@ -51,9 +52,9 @@ pub fn run_test_in_guest(test: &str, modules: &[&str], timeout: Duration) -> Gue
          export {GUEST_ENV}=1 HOME=/root\n{passthrough}\
          mount -t proc proc /proc\n\
          mount -t sysfs sys /sys\n\
-         mount -t tmpfs tmp /tmp\n\
          mount -t tmpfs run /run\n\
-         mkdir -p /run/netns\n\
+         mkdir -p /run/netns /run/tmp\n\
+         export TMPDIR=/run/tmp\n\
          ip link set lo up\n\
          m=/usr/lib/uml/modules/$(uname -r)/kernel\n\
          for k in {modules}; do insmod \"$m/$k\" || echo \"guest: could not load $k\"; done\n\
