@@ -19,6 +19,22 @@ async fn post(c: &TestCluster, ns: &str, body: Value) -> ferrolb_tests::apiserve
     .await
 }
 
+/// A JSON merge patch (`application/merge-patch+json`) of `body` to `path`.
+async fn merge_patch(
+    c: &TestCluster,
+    path: &str,
+    body: &str,
+) -> ferrolb_tests::apiserver::RawResponse {
+    c.raw(
+        "PATCH",
+        path,
+        "application/merge-patch+json",
+        Some(body),
+        &[],
+    )
+    .await
+}
+
 fn causes(r: &ferrolb_tests::apiserver::RawResponse) -> Vec<(String, String)> {
     r.body["details"]["causes"]
         .as_array()
@@ -135,15 +151,7 @@ async fn transition_rule_rejects_changing_an_immutable_field() {
         201
     );
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1");
-    let r = c
-        .raw(
-            "PATCH",
-            &path,
-            "application/merge-patch+json",
-            Some(r#"{"spec":{"pool":"other"}}"#),
-            &[],
-        )
-        .await;
+    let r = merge_patch(&c, &path, r#"{"spec":{"pool":"other"}}"#).await;
     assert_eq!(r.status, 422);
     assert_eq!(
         r.body["details"]["causes"][0]["message"],
@@ -164,10 +172,7 @@ async fn generation_increases_on_spec_changes_only() {
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1");
     let merge = |body: &'static str, p: String| {
         let c = &c;
-        async move {
-            c.raw("PATCH", &p, "application/merge-patch+json", Some(body), &[])
-                .await
-        }
+        async move { merge_patch(c, &p, body).await }
     };
     let r = merge(r#"{"metadata":{"labels":{"a":"b"}}}"#, path.clone()).await;
     assert_eq!(
@@ -206,15 +211,7 @@ async fn status_in_a_create_body_is_dropped_and_invalid_status_is_rejected() {
     let r = post(&c, &ns, body).await;
     assert!(r.body.get("status").is_none(), "{}", r.text);
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1/status");
-    let r = c
-        .raw(
-            "PATCH",
-            &path,
-            "application/merge-patch+json",
-            Some(r#"{"status":{"phase":"Weird"}}"#),
-            &[],
-        )
-        .await;
+    let r = merge_patch(&c, &path, r#"{"status":{"phase":"Weird"}}"#).await;
     assert_eq!(r.status, 422);
     assert_eq!(
         causes(&r)[0],
@@ -234,27 +231,24 @@ async fn a_null_in_a_status_merge_patch_removes_that_field_and_keeps_the_others(
     .await;
     assert_eq!(r.status, 201, "{}", r.text);
     let path = format!("/apis/test.ferrolb.io/v1/namespaces/{ns}/gadgets/g1/status");
-    let patch = |body: &'static str| {
-        let (c, path) = (&c, &path);
-        async move {
-            c.raw(
-                "PATCH",
-                path,
-                "application/merge-patch+json",
-                Some(body),
-                &[],
-            )
-            .await
-        }
-    };
-    let r = patch(r#"{"status":{"phase":"Ready","observedGeneration":1}}"#).await;
+    let r = merge_patch(
+        &c,
+        &path,
+        r#"{"status":{"phase":"Ready","observedGeneration":1}}"#,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(
         r.body["status"],
         json!({"phase": "Ready", "observedGeneration": 1})
     );
     // What a status writer sends when the new status has no phase (ferrolb_api::patch).
-    let r = patch(r#"{"status":{"phase":null,"observedGeneration":2}}"#).await;
+    let r = merge_patch(
+        &c,
+        &path,
+        r#"{"status":{"phase":null,"observedGeneration":2}}"#,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(
         r.body["status"],

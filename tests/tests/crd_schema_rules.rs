@@ -827,14 +827,32 @@ async fn a_peer_carries_both_families_unless_told_otherwise_and_disable_mp_canno
     );
 }
 
-/// Merge patches the status of ConfigurationState `name` in `ns`.
-async fn patch_state_status(c: &TestCluster, ns: &str, name: &str, status: Value) -> RawResponse {
+/// Merge patches the status subresource of `plural` `name` in `ns` with `body`.
+async fn merge_patch_status(
+    c: &TestCluster,
+    ns: &str,
+    plural: &str,
+    name: &str,
+    body: &Value,
+) -> RawResponse {
     c.raw(
         "PATCH",
-        &format!("/apis/ferrolb.io/v1beta1/namespaces/{ns}/configurationstates/{name}/status"),
+        &format!("/apis/ferrolb.io/v1beta1/namespaces/{ns}/{plural}/{name}/status"),
         "application/merge-patch+json",
-        Some(&json!({ "status": status }).to_string()),
+        Some(&body.to_string()),
         &[],
+    )
+    .await
+}
+
+/// Merge patches the status of ConfigurationState `name` in `ns`.
+async fn patch_state_status(c: &TestCluster, ns: &str, name: &str, status: Value) -> RawResponse {
+    merge_patch_status(
+        c,
+        ns,
+        "configurationstates",
+        name,
+        &json!({ "status": status }),
     )
     .await
 }
@@ -992,14 +1010,7 @@ async fn a_session_state_patched_as_the_speaker_does_loses_what_a_session_that_w
     let patch = |status: BGPSessionStateStatus| {
         let (c, ns) = (&c, &ns);
         async move {
-            c.raw(
-                "PATCH",
-                &format!("/apis/ferrolb.io/v1beta1/namespaces/{ns}/bgpsessionstates/{name}/status"),
-                "application/merge-patch+json",
-                Some(&SCHEMA.replacing(&status).to_string()),
-                &[],
-            )
-            .await
+            merge_patch_status(c, ns, "bgpsessionstates", name, &SCHEMA.replacing(&status)).await
         }
     };
     let up: BGPSessionStateStatus = serde_json::from_value(json!({
