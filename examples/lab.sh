@@ -5,13 +5,13 @@
 # real speaker per node. It prints each Service's address, owner and routes, who answers each
 # client, and a measured failover, then removes everything.
 #
-#   sudo ./examples/lab.sh                 report and failover, then clean up
-#   sudo ./examples/lab.sh --router frr    FRR instead of BIRD
-#   sudo ./examples/lab.sh --keep          leave it running; prints kubectl and shell hints
-#   sudo ./examples/lab.sh --down          remove a lab left running or crashed
-#   sudo ./examples/lab.sh --apiserver real   on a real kube-apiserver + etcd (built once by
+#   ./examples/lab.sh                 report and failover, then clean up
+#   ./examples/lab.sh --router frr    FRR instead of BIRD
+#   ./examples/lab.sh --keep          leave it running; prints kubectl and shell hints
+#   ./examples/lab.sh --down          remove a lab left running or crashed
+#   ./examples/lab.sh --apiserver real   on a real kube-apiserver + etcd (built once by
 #                                            scripts/realkube from Go modules; needs Go)
-#   sudo ./examples/lab.sh --system metallb  the same lab with MetalLB v0.16.2 (scripts/metallb)
+#   ./examples/lab.sh --system metallb  the same lab with MetalLB v0.16.2 (scripts/metallb)
 #
 # Needs Debian's iproute2 iputils-arping ndisc6 bird2 (or frr); the lab names what is missing.
 set -euo pipefail
@@ -48,6 +48,10 @@ case " $* " in
 esac
 
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo "$lab" "$@"
+  if command -v sudo >/dev/null 2>&1; then
+    exec sudo "$lab" "$@"
+  fi
+  echo "lab.sh: run as root: the lab creates network namespaces (no sudo here)" >&2
+  exit 1
 fi
 exec "$lab" "$@"

@@ -6,7 +6,8 @@
 //! by an `oif` rule, and the main table's default route points at `blue`, which leads nowhere).
 //! The second puts the node's interface into a real Linux VRF. This project's CI kernel has no
 //! VRF (`CONFIG_NET_VRF` is not set and it loads no modules), so there that test re-runs itself
-//! in a user-mode Linux guest whose kernel has one (`bgp_support::guest`).
+//! in a QEMU guest booting Debian's packaged kernel, which has one (`bgp_support::guest`); it
+//! prints which way it tested VRF and how long the guest took.
 //!
 //! ```text
 //!   node (speaker ns)                              router (router ns, BIRD)
@@ -24,8 +25,10 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use bgp_support::guest::{UML_KERNEL, in_guest, run_test_in_guest};
-use bgp_support::lab::{Lab, Probe, ROUTER_V4, SPEAKER_V4, eventually, skip_unless_available};
+use bgp_support::guest::{Kit, QEMU, boot_with_init, in_guest, run_test_in_guest, why_failed};
+use bgp_support::lab::{
+    Lab, Probe, ROUTER_V4, SPEAKER_V4, eventually, skip_because, skip_unless_available,
+};
 use serde_json::{Value, json};
 
 const SPEAKER_AS: u32 = 64512;
@@ -279,13 +282,8 @@ fn a_session_bound_to_its_device_comes_up_where_the_default_table_cannot_reach_a
     probe.shutdown();
 }
 
-/// The guest kernel's modules a VRF needs, in load order (`modules.dep`).
-const VRF_MODULES: &[&str] = &[
-    "lib/crc-ccitt.ko",
-    "net/ipv6/ipv6.ko",
-    "drivers/net/vrf.ko",
-    "drivers/net/veth.ko",
-];
+/// How long the guest may take: booting under TCG takes a few seconds, the test itself under a
+/// minute even emulated.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Whether this kernel creates a VRF device (tried in a namespace of its own).
@@ -313,29 +311,102 @@ fn a_session_in_a_linux_vrf_comes_up_over_it_and_announces_the_vrf_address_as_ne
         return;
     }
     if kernel_has_vrf() {
+        if !in_guest() {
+            say("VRF: tested on this machine's kernel");
+        }
         return session_in_a_real_vrf();
     }
-    assert!(!in_guest(), "the user-mode Linux guest has no VRF either");
-    if skip_unless_available(&[UML_KERNEL]) {
+    assert!(!in_guest(), "the guest's kernel has no VRF either");
+    let Some(kit) = guest_kit() else {
         return;
-    }
+    };
     let run = run_test_in_guest(
+        &kit,
         "a_session_in_a_linux_vrf_comes_up_over_it_and_announces_the_vrf_address_as_next_hop",
-        VRF_MODULES,
         GUEST_TIMEOUT,
     );
+    say(&format!(
+        "VRF: this machine's kernel has none; tested {}",
+        run.summary()
+    ));
+    if let Some(why) = &run.failure {
+        panic!("{why}\n{}", run.output);
+    }
     println!("{}", run.output);
-    assert_eq!(
-        run.status,
-        Some(0),
-        "the test failed in the guest:\n{}",
-        run.output
-    );
     assert!(
         run.output.contains("test result: ok. 1 passed") && !run.output.contains("skipped: "),
         "the test did not run in the guest:\n{}",
         run.output
     );
+}
+
+/// Prints `line`, and keeps it in `target/vrf-tested` for `scripts/test`'s summary (the
+/// harness captures what a passing test prints).
+fn say(line: &str) {
+    println!("{line}");
+    let _ = std::fs::write(Kit::dir().with_file_name("vrf-tested"), format!("{line}\n"));
+}
+
+/// The guest kit and QEMU, or `None` after saying why not (a failure under
+/// `FERROLB_REQUIRE_BINARIES=1`).
+fn guest_kit() -> Option<Kit> {
+    if skip_unless_available(&[QEMU]) {
+        return None;
+    }
+    Kit::find().map_err(|why| skip_because(&why)).ok()
+}
+
+#[test]
+fn a_guest_that_cannot_start_its_init_says_why_on_the_first_line() {
+    if in_guest() || kernel_has_vrf() {
+        return;
+    }
+    let Some(kit) = guest_kit() else {
+        return;
+    };
+    let missing = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-init");
+    let run = boot_with_init(&kit, &missing, GUEST_TIMEOUT);
+    let why = run.failure.expect("a guest without its init cannot pass");
+    assert_eq!(
+        why,
+        format!(
+            "guest: the test's init {} is not executable on the host's root",
+            missing.display()
+        ),
+        "{}",
+        run.output
+    );
+}
+
+#[test]
+fn a_kernel_panic_is_the_first_line_of_a_failure_before_the_tail() {
+    // The console of a guest that died at init (user-mode Linux on a CPU with AMX).
+    let console = "Linux version 6.1.0\n\
+        userspace - ptrace set fp regs failed, errno = 14\n\
+        [    0.412000] Kernel panic - not syncing: Attempted to kill init! exitcode=0x0000000b\n\
+        [    0.412001] CPU: 0 PID: 1 Comm: init\n";
+    assert_eq!(
+        why_failed(console, "", "", None, None).as_deref(),
+        Some(
+            "the guest's kernel died: Kernel panic - not syncing: Attempted to kill init! \
+             exitcode=0x0000000b"
+        )
+    );
+    let qemu = "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\n";
+    assert_eq!(
+        why_failed("", qemu, "", None, None).as_deref(),
+        Some("qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69")
+    );
+    let log =
+        "running 1 test\nthread 'x' panicked at speaker/tests/bgp_vrf.rs:9:5:\nred: no session\n";
+    assert_eq!(
+        why_failed("", "", log, Some(101), None).as_deref(),
+        Some(
+            "the test failed in the guest (exit 101): thread 'x' panicked at \
+             speaker/tests/bgp_vrf.rs:9:5: red: no session"
+        )
+    );
+    assert_eq!(why_failed("", "", "", Some(0), None), None);
 }
 
 /// The node's interface `va` is enslaved to VRF `red` (table 10); the main table then holds no

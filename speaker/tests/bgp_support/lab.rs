@@ -246,9 +246,15 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// Prints why a test cannot run and returns true, when it cannot (see [`missing`]); fails
 /// instead under `FERROLB_REQUIRE_BINARIES=1`, where a skip would hide a broken setup.
 pub fn skip_unless_available(binaries: &[&str]) -> bool {
-    let Some(why) = missing(binaries) else {
-        return false;
-    };
+    match missing(binaries) {
+        Some(why) => skip_because(&why),
+        None => false,
+    }
+}
+
+/// Prints `why` a test cannot run and returns true; fails instead under
+/// `FERROLB_REQUIRE_BINARIES=1`.
+pub fn skip_because(why: &str) -> bool {
     let required = std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1");
     assert!(!required, "{why} (FERROLB_REQUIRE_BINARIES=1)");
     eprintln!("skipped: {why}");
