@@ -7,7 +7,10 @@
 //! cargo bench -p ferrolb-speaker --bench l2_failover        # FAILOVER_RUNS=20 by default
 //! ```
 //! Needs root, `ip`, `arping`, `ndisc6`, `bash`, `taskset`, `iptables`. Prints the
-//! distributions; target: median at most 300 ms and every run at most 500 ms. Then, for
+//! distributions; target: median at most 300 ms and every run at most 500 ms (it exits 1 past
+//! it, after printing everything). It drives `l2-probe` (the speaker's layer-2 election and
+//! gossip without the API server), not `ferrolb-speaker`; the side-by-side bench measures the
+//! real speaker in the lab. Then, for
 //! `FAILOVER_STRESS_S` (60; 0 skips it) each, it saturates every core from the owner's
 //! namespace and drops 10 % of the owner's packets, and prints how often the owner lost its
 //! address (a false failover) and how often another node saw it down.
@@ -139,6 +142,7 @@ fn main() {
             failover[run], settle[run]
         );
     }
+    let missed = missed_target(&failover);
     summary(
         "failover: SIGKILL of the owner to the new owner's gratuitous ARP at the client",
         failover,
@@ -166,6 +170,21 @@ fn main() {
             );
         }
     }
+    if let Some(why) = missed {
+        eprintln!("l2_failover: target missed: {why}");
+        std::process::exit(1);
+    }
+}
+
+/// The failover target: median at most 300 ms, every run at most 500 ms. Why it was missed, if
+/// it was.
+fn missed_target(ms: &[f64]) -> Option<String> {
+    let mut sorted = ms.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let median = sorted[(sorted.len() - 1) / 2];
+    let max = sorted[sorted.len() - 1];
+    (median > 300.0 || max > 500.0)
+        .then(|| format!("median {median:.0} ms (target 300), max {max:.0} ms (target 500)"))
 }
 
 /// What [`stress`] does to the owner for its duration.

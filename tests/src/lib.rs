@@ -13,6 +13,7 @@
 //! - [`process`]: memory and CPU time of a process, from `/proc`.
 //! - [`metallb`]: MetalLB's controller and speaker as processes, for the migration test and the
 //!   side-by-side bench.
+//! - [`skip`]: the one skip every suite uses, a failure under `FERROLB_REQUIRE_BINARIES=1`.
 
 pub mod apiserver;
 pub mod backend;
@@ -21,3 +22,4 @@ pub mod metallb;
 pub mod netns;
 pub mod process;
 pub mod realkube;
+pub mod skip;

@@ -140,10 +140,19 @@ async fn binary_serves_faults_over_http_and_keeps_state_across_a_restart() {
     );
 }
 
-/// Runs kubectl against `kubeconfig`; `None` (with a printed reason) when kubectl is not installed.
+/// Runs kubectl (the one `scripts/realkube` builds from the same Kubernetes as the real
+/// kube-apiserver) against `kubeconfig`; `None` (after saying why) when it is not built, a
+/// failure under `FERROLB_REQUIRE_BINARIES=1`.
 fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Option<(bool, String)> {
     use std::io::Write;
-    let mut cmd = Command::new("kubectl");
+    let binary = ferrolb_tests::realkube::bin_dir().join("kubectl");
+    if !binary.is_file() {
+        return ferrolb_tests::skip::skip(format!(
+            "{} is not built: run scripts/realkube",
+            binary.display()
+        ));
+    }
+    let mut cmd = Command::new(&binary);
     cmd.arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
@@ -152,10 +161,7 @@ fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Option<(boo
         .stderr(Stdio::piped());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(_) => {
-            eprintln!("skipping: kubectl is not installed (Debian package kubernetes-client)");
-            return None;
-        }
+        Err(e) => panic!("cannot run {}: {e}", binary.display()),
     };
     if let Some(text) = stdin {
         child

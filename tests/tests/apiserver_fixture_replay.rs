@@ -321,7 +321,7 @@ fn compare(name: &str, f: &Value, status: u16, body: &Value) -> Vec<String> {
 #[tokio::test]
 async fn recorded_exchanges_replay_with_the_same_answers() {
     if std::env::var(ferrolb_tests::apiserver::cluster::REAL_CLUSTER_ENV).is_ok() {
-        return eprintln!("skipping: the replay needs a fresh cluster");
+        return ferrolb_tests::skip::skip_double_only_part("the replay needs a fresh cluster");
     }
     let c = TestCluster::start(ApiServerConfig::default()).await;
     let mut problems = Vec::new();

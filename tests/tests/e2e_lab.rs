@@ -20,6 +20,13 @@ const CONVERGE: Duration = Duration::from_secs(30);
 /// The router withdraws a cut-off node's routes within this (BFD 300 ms x 3 detects in
 /// 600-900 ms after the node's last packet; the margin is for a loaded machine).
 const BFD_WITHDRAWN: Duration = Duration::from_millis(1200);
+/// A layer-2 failover, fault to another node's gratuitous ARP/NA: the README claims about
+/// 0.3 s; this is that with a margin for a loaded CI machine.
+const FAILOVER: Duration = Duration::from_secs(1);
+/// How long each request of the rolling-restart client waits for its answer (the layer-2
+/// drain test and the side-by-side bench use the same): a dropped SYN, retransmitted after
+/// 1 s, is lost, not answered late.
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(250);
 
 fn address_of(services: &[ServiceView], name: &str) -> IpAddr {
     services
@@ -233,11 +240,7 @@ fn killing_the_owners_speaker_moves_the_address_to_a_surviving_node_within_secon
     eprintln!("{}", report::render_failover(&f));
     assert_ne!(f.new_owner, f.old_owner);
     assert!(NODE_NAMES.contains(&f.new_owner.as_str()));
-    assert!(
-        f.elapsed < Duration::from_secs(5),
-        "failover took {:?}",
-        f.elapsed
-    );
+    assert!(f.elapsed < FAILOVER, "failover took {:?}", f.elapsed);
     // The new owner says so in a ServiceL2Status (the dead speaker's own object stays until it
     // comes back, as nobody else writes it).
     lab.wait(CONVERGE, "the new owner in ServiceL2Status", || {
@@ -317,11 +320,7 @@ fn killing_the_owners_speaker_moves_an_ipv6_address_too() {
     .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
     eprintln!("{}", report::render_failover(&f));
     assert_ne!(f.new_owner, f.old_owner);
-    assert!(
-        f.elapsed < Duration::from_secs(5),
-        "failover took {:?}",
-        f.elapsed
-    );
+    assert!(f.elapsed < FAILOVER, "failover took {:?}", f.elapsed);
     // Exactly one node answers NDP for the address now: the new owner.
     let i = Topology::node_index(&f.new_owner).unwrap();
     lab.wait(CONVERGE, "the new owner alone to answer NDP", || {
@@ -340,11 +339,7 @@ fn cutting_the_owner_off_the_segment_moves_the_address_and_withdraws_its_routes(
         .unwrap_or_else(|e| panic!("{e}\n{}", lab.log_tail("speaker-node-b.log", 30)));
     eprintln!("{}", report::render_failover(&f));
     assert_ne!(f.new_owner, f.old_owner);
-    assert!(
-        f.elapsed < Duration::from_secs(5),
-        "failover took {:?}",
-        f.elapsed
-    );
+    assert!(f.elapsed < FAILOVER, "failover took {:?}", f.elapsed);
     // BFD (300 ms x 3, the lab's BFDProfile) takes the router's session to the dead node down
     // within a second; the BGP hold time alone (9 s) would keep its routes 9 s.
     let withdrawn = f
@@ -521,12 +516,9 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
     })
     .unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let client = lab.ask_from_remote_every(
-        ip,
-        Duration::from_millis(10),
-        Duration::from_secs(2),
-        stop.clone(),
-    );
+    let client_started = std::time::Instant::now();
+    let client =
+        lab.ask_from_remote_every(ip, Duration::from_millis(10), REQUEST_TIMEOUT, stop.clone());
     // Restarts begin once the client has had a second of answers: CI saw the very first
     // request of a fresh client reset twice, before anything was restarted.
     std::thread::sleep(Duration::from_secs(1));
@@ -565,10 +557,13 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_through_the_router() 
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut requests = client.join().unwrap().expect("the client ran");
+    // A fresh client's first requests may fail (CI saw the very first reset twice, before
+    // anything was restarted): only those that started before the first SIGTERM are dropped.
+    let first_sigterm = started - client_started;
     let warm_up = requests
         .results
         .iter()
-        .take_while(|(_, r)| r.is_err())
+        .take_while(|(at, r)| r.is_err() && *at < first_sigterm)
         .count();
     requests.results.drain(..warm_up);
     // A connection in flight when the router moves its flow to another next hop (a path
@@ -628,7 +623,8 @@ fn split_flow_moves(
         let before = (0..i).rev().find_map(answer);
         let after = (i + 1..r.len()).find_map(answer);
         let entry = (*at, why, before, after);
-        let reset = matches!(why, NoAnswer::Refused(_));
+        // Only a reset: a refused connect or a timeout is a request the restart lost.
+        let reset = matches!(why, NoAnswer::Reset(_));
         if reset && before.is_some() && after.is_some() && before != after {
             moved.push(entry);
         } else {
@@ -783,7 +779,7 @@ fn a_drained_owner_hands_its_address_over_before_it_stops_answering() {
     // switches to the new owner's MAC may be reset: its state is on the old node.
     assert!(
         lost.iter()
-            .all(|l| matches!(l, ferrolb_tests::lab::NoAnswer::Refused(_)))
+            .all(|l| matches!(l, ferrolb_tests::lab::NoAnswer::Reset(_)))
             && lost.len() <= 1,
         "requests lost while {old} was drained: {lost:?}"
     );
@@ -869,7 +865,7 @@ fn an_owner_whose_node_gets_the_exclusion_label_answers_until_the_new_owner_has_
     // the client's cache switches to the new owner's MAC may be reset.
     assert!(
         lost.iter()
-            .all(|(_, r)| matches!(r, Err(NoAnswer::Refused(_))))
+            .all(|(_, r)| matches!(r, Err(NoAnswer::Reset(_))))
             && lost.len() <= 1,
         "requests lost while {old} was drained: {lost:?}"
     );

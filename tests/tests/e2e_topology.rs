@@ -1,6 +1,7 @@
 //! The lab's plumbing without speakers: node kernels leave ARP/NDP for Service addresses to the
 //! speaker, and the controller plus the kube-proxy stand-in put every Service address where it
-//! belongs. Needs root; skipped with a printed reason otherwise.
+//! belongs. Needs root; skipped with a printed reason otherwise (a failure under
+//! `FERROLB_REQUIRE_BINARIES=1`).
 
 mod e2e_support;
 
@@ -36,8 +37,11 @@ fn node_kernels_leave_arp_and_ndp_for_service_addresses_to_the_speakers_responde
     // With the speaker's responder (l2-probe) owning them on node-b, node-b alone answers.
     let probe = e2e_support::bin_dir().join("l2-probe");
     if !probe.is_file() {
-        eprintln!("l2-probe not built: responder half of this check skipped");
-        return;
+        return ferrolb_tests::skip::skip(format!(
+            "{} is not built: the responder half of this check cannot run",
+            probe.display()
+        ))
+        .unwrap_or_default();
     }
     let log = std::env::temp_dir().join(format!("{}-probe.log", topo.prefix));
     let _responder = topo

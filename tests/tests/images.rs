@@ -71,16 +71,7 @@ const ENTER: &str = "set -e; mount --bind \"$0\" \"$0\"; mount -o remount,bind,r
     done
     exec setpriv --no-new-privs chroot --userspec=65532:65532 \"$0\" \"$@\"";
 
-fn required() -> bool {
-    std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1")
-}
-
-/// Prints why the test is skipped, or fails with it under `FERROLB_REQUIRE_BINARIES=1`.
-fn skip<T>(why: &str) -> Option<T> {
-    assert!(!required(), "{why} (FERROLB_REQUIRE_BINARIES=1)");
-    eprintln!("SKIPPED: {why}");
-    None
-}
+use ferrolb_tests::skip::skip;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -103,7 +94,7 @@ fn archive(component: &str) -> Option<PathBuf> {
         env!("CARGO_PKG_VERSION")
     ));
     if !path.is_file() {
-        return skip(&format!(
+        return skip(format!(
             "{} is missing: build the images with `scripts/images` (or set FERROLB_IMAGES_DIR)",
             path.display()
         ));

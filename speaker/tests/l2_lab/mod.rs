@@ -33,14 +33,7 @@ fn must(cmd: &str, args: &[&str]) {
     );
 }
 
-/// Prints why a test cannot run its real part and returns `None`; fails instead under
-/// `FERROLB_REQUIRE_BINARIES=1` (CI installs everything, so a skip there hides a broken setup).
-fn skip<T>(why: &str) -> Option<T> {
-    let required = std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1");
-    assert!(!required, "{why} (FERROLB_REQUIRE_BINARIES=1)");
-    eprintln!("skipped: {why}");
-    None
-}
+use ferrolb_tests::skip::skip;
 
 /// Moves the calling thread into the network namespace at `path` (`/run/netns/NAME`); threads
 /// it starts afterwards begin there too. `ferrolb_tests::netns::enter` makes the same call; the
@@ -88,7 +81,7 @@ impl Lab {
         }
         for bin in ["ip", "arping", "ndisc6"] {
             if !have(bin) {
-                return skip(&format!(
+                return skip(format!(
                     "`{bin}` is not installed (apt-get install iproute2 iputils-arping ndisc6)"
                 ));
             }

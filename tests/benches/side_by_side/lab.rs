@@ -244,7 +244,7 @@ fn tally(r: &Requests) -> (usize, usize, usize) {
     let lost = r.lost();
     let resets = lost
         .iter()
-        .filter(|(_, why)| matches!(why, Err(NoAnswer::Refused(_))))
+        .filter(|(_, why)| matches!(why, Err(NoAnswer::Refused(_) | NoAnswer::Reset(_))))
         .count();
     (r.results.len(), lost.len() - resets, resets)
 }

@@ -96,7 +96,9 @@ impl TestCluster {
     /// The double's faults, or `None` (with a printed reason) on a real cluster.
     pub fn faults(&self) -> Option<Faults> {
         if self.server.is_none() {
-            eprintln!("skipping fault injection: not available on a real cluster");
+            crate::skip::skip_double_only_part(
+                "fault injection is not available on a real cluster",
+            );
         }
         self.server.as_ref().map(ApiServerHandle::faults)
     }

@@ -47,9 +47,12 @@ pub enum NoAnswer {
     /// The connection was not established in time (nobody answered ARP/NDP, or no route).
     #[error("connect timed out")]
     Timeout,
-    /// The connection was refused or reset.
-    #[error("connection refused or reset: {0}")]
+    /// The connection was refused (or failed otherwise) before it was established.
+    #[error("connection refused: {0}")]
     Refused(String),
+    /// The connection was established, then reset (or failed otherwise) before the answer.
+    #[error("connection reset: {0}")]
+    Reset(String),
     /// The client thread could not enter its namespace.
     #[error("{0}")]
     Namespace(String),
@@ -58,10 +61,11 @@ pub enum NoAnswer {
 fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| match e.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => NoAnswer::Timeout,
+        std::io::ErrorKind::ConnectionReset => NoAnswer::Reset(e.to_string()),
         _ => NoAnswer::Refused(e.to_string()),
     })?;
     let _ = stream.set_read_timeout(Some(timeout));
-    let refused = |e: std::io::Error| NoAnswer::Refused(e.to_string());
+    let refused = |e: std::io::Error| NoAnswer::Reset(e.to_string());
     stream
         .write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
         .map_err(refused)?;

@@ -62,18 +62,7 @@ impl Drop for Running {
     }
 }
 
-fn require_binaries() -> bool {
-    std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1")
-}
-
-/// Prints why the test is skipped, or fails with it under `FERROLB_REQUIRE_BINARIES=1`.
-fn skip<T>(why: &str) -> Option<T> {
-    if require_binaries() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
-}
+use ferrolb_tests::skip::skip;
 
 /// The binary `name` that cargo built next to this test, when it is newer than `sources`.
 /// Building it from here would make cargo resolve features for that crate alone and rebuild
@@ -100,7 +89,7 @@ fn built_binary(name: &str, sources: &[&str]) -> Option<PathBuf> {
     })();
     found
         .or_else(|why: String| {
-            skip(&format!(
+            skip(format!(
                 "{why}; run `cargo build -p {name}` first (`cargo test --workspace` does)"
             ))
             .ok_or(())
@@ -689,7 +678,7 @@ fn speaker_started_as_the_chart_says_makes_exactly_the_calls_its_rbac_grants() {
         return;
     };
     if let Err(e) = netns::require_root() {
-        skip::<()>(&format!("the speaker runs in a node namespace: {e}"));
+        skip::<()>(format!("the speaker runs in a node namespace: {e}"));
         return;
     }
     let Some(binary) = built_binary("ferrolb-speaker", &["speaker/src"]) else {

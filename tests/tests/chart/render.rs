@@ -68,13 +68,13 @@ pub(crate) fn render_or_skip(args: &[&str]) -> Option<String> {
     }
 }
 
+/// Says why a chart test cannot run (Helm is missing); fails instead under
+/// `FERROLB_REQUIRE_HELM=1` or `FERROLB_REQUIRE_BINARIES=1`.
 pub(crate) fn skip<T>(why: &str) -> Option<T> {
-    let message = format!("chart tests need Helm (FERROLB_REQUIRE_HELM=1 fails here): {why}");
-    if std::env::var("FERROLB_REQUIRE_HELM").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("SKIPPED: {message}");
-    None
+    ferrolb_tests::skip::skip_unless(
+        "FERROLB_REQUIRE_HELM",
+        format!("chart tests need Helm: {why}"),
+    )
 }
 
 /// Every object of one rendering, by kind.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind};
 use ferrolb_tests::netns::{self, NetnsError};
+use ferrolb_tests::skip::skip;
 
 /// `target/debug` (or whichever profile built this test).
 pub fn bin_dir() -> PathBuf {
@@ -23,10 +24,7 @@ pub fn can_run(router: RouterKind) -> bool {
         .and_then(|()| netns::require_tools(&ferrolb_tests::lab::required_tools(router)))
     {
         Ok(()) => true,
-        Err(e @ NetnsError::NotRoot) => {
-            eprintln!("skipped: {e}");
-            false
-        }
+        Err(e @ NetnsError::NotRoot) => skip::<()>(e).is_some(),
         Err(e) => panic!("{e}"),
     }
 }
@@ -36,11 +34,10 @@ pub fn binaries() -> Option<Binaries> {
     let dir = bin_dir();
     let speaker = dir.join("ferrolb-speaker");
     if !speaker.is_file() {
-        eprintln!(
-            "skipped: {} is not built (cargo build -p ferrolb-speaker, or run cargo test --workspace)",
+        return skip(format!(
+            "{} is not built (cargo build -p ferrolb-speaker, or run cargo test --workspace)",
             speaker.display()
-        );
-        return None;
+        ));
     }
     let controller = dir.join("ferrolb-controller");
     assert!(

@@ -40,18 +40,7 @@ pub const POOL: &str = "lab-l2";
 /// How long ownership gets to settle after a change.
 pub const CONVERGE: Duration = Duration::from_secs(15);
 
-/// Whether a missing prerequisite must fail the test rather than skip it.
-fn required() -> bool {
-    std::env::var("FERROLB_REQUIRE_BINARIES").is_ok_and(|v| v == "1")
-}
-
-fn skip<T>(why: &str) -> Option<T> {
-    if required() {
-        panic!("{why} (FERROLB_REQUIRE_BINARIES=1)");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
-}
+use ferrolb_tests::skip::skip;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -94,11 +83,11 @@ impl Cluster {
                 ("ndisc6", "ndisc6"),
             ])
         }) {
-            return skip(&e.to_string());
+            return skip(e);
         }
         let binary = speaker_binary();
         if !binary.is_file() {
-            return skip(&format!(
+            return skip(format!(
                 "{} is not built (cargo build -p ferrolb-speaker, or cargo test --workspace)",
                 binary.display()
             ));
