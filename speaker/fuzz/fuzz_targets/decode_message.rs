@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
         let ctx = DecodeContext { four_octet_as };
         let mut rest = data;
         while let Ok(Some((_, used))) = decode_message(rest, ctx) {
-            assert!(used >= 19 && used <= 4096 && used <= rest.len());
+            assert!((19..=4096).contains(&used) && used <= rest.len());
             rest = &rest[used..];
         }
     }
