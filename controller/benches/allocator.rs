@@ -198,6 +198,7 @@ fn memory_report(large: bool) {
 }
 
 fn main() {
+    ferrolb_tests::provenance::print();
     match std::env::var("ALLOCATOR_MEMORY").as_deref() {
         Ok("large") => return memory_report(true),
         Ok(_) => return memory_report(false),

@@ -316,6 +316,7 @@ async fn run(n: usize, kind: BackendKind) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    ferrolb_tests::provenance::print();
     let kind = match std::env::var("FERROLB_APISERVER").as_deref() {
         Ok("double") => BackendKind::Double,
         _ => BackendKind::Real,

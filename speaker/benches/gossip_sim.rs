@@ -305,6 +305,7 @@ fn detect(v: &[Duration]) -> String {
 }
 
 fn main() {
+    ferrolb_tests::provenance::print();
     // `cargo bench` passes `--bench`; there are no other arguments.
     let sizes: Vec<usize> = std::env::var("GOSSIP_SIM_SIZES")
         .unwrap_or_else(|_| "1000,5000".into())

@@ -82,6 +82,7 @@ fn summary(name: &str, mut ms: Vec<f64>) {
 }
 
 fn main() {
+    ferrolb_tests::provenance::print();
     // `cargo bench` passes `--bench`; nothing else to parse.
     let runs: usize = std::env::var("FAILOVER_RUNS")
         .ok()

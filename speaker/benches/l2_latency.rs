@@ -59,6 +59,7 @@ fn summary(name: &str, mut us: Vec<f64>) {
 }
 
 fn main() {
+    ferrolb_tests::provenance::print();
     let samples: usize = std::env::var("LATENCY_SAMPLES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -460,10 +460,14 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
     }
     let settled_after = start.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let cpu0 = ferrolb_tests::process::cpu_time(pid);
-    let idle_window = Duration::from_secs(30);
-    tokio::time::sleep(idle_window).await;
-    let idle = ferrolb_tests::process::cpu_time(pid) - cpu0;
+    let window = ferrolb_tests::process::CpuWindow::start(pid);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let (idle, idle_ticks) = window.percent();
+    eprintln!(
+        "  idle CPU over 30 s: {idle:.4} % from schedstat (ns); {idle_ticks:.3} % from clock \
+         ticks, whose resolution here is {:.3} %",
+        window.tick_resolution_percent()
+    );
     let rss = ferrolb_tests::process::status_kib(pid, "VmRSS:");
     let peak = ferrolb_tests::process::status_kib(pid, "VmHWM:");
     // One Service change to the wire: move one Service to a fresh address, wait for its GARP.
@@ -510,7 +514,7 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
         secs(synced.map(|s| answered.saturating_sub(s))),
         rss as f64 / 1024.0,
         peak as f64 / 1024.0,
-        idle.as_secs_f64() / idle_window.as_secs_f64() * 100.0,
+        idle,
         pct(0.5),
         pct(0.99),
         latencies.last().copied().unwrap_or_default(),
@@ -520,6 +524,7 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
 
 #[tokio::main]
 async fn main() {
+    ferrolb_tests::provenance::print();
     if run("id", &["-u"]).stdout != b"0\n"
         || run("sh", &["-c", "command -v tcpdump"]).stdout.is_empty()
     {

@@ -22,6 +22,7 @@ fn rate(what: &str, n: usize, took: Duration) {
 
 #[tokio::main]
 async fn main() {
+    ferrolb_tests::provenance::print();
     let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crds");
     let server = ApiServer::start(ApiServerConfig::default().with_crd_dir(crds))
         .await

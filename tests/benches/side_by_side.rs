@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrolb_tests::metallb;
-use ferrolb_tests::process::{cpu_time, status_kib};
+use ferrolb_tests::process::{CpuWindow, cpu_time, status_kib};
 use ferrolb_tests::realkube::{self, RealKube, RealKubeConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
@@ -433,10 +433,9 @@ async fn v6_pool(system: System, count: usize, f: &mut Figures) {
     f.v6_cpu = cpu_time(pid) - cpu0;
     f.v6_peak_kib = status_kib(pid, "VmHWM:");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let idle0 = cpu_time(pid);
-    let t0 = Instant::now();
+    let window = CpuWindow::start(pid);
     tokio::time::sleep(Duration::from_secs(10)).await;
-    f.v6_idle_cpu = (cpu_time(pid) - idle0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    (f.v6_idle_cpu, _) = window.percent();
     f.v6_rss_kib = status_kib(pid, "VmRSS:");
     drop(controller);
 }
@@ -466,6 +465,7 @@ fn ratio(m: Duration, f: Duration) -> Option<f64> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    ferrolb_tests::provenance::print();
     if std::env::args().any(|a| a == "--list") {
         return;
     }
@@ -612,7 +612,7 @@ fn controller_rows(figures: &[Figures; 2], repeat: usize, v6_count: usize) {
         kratio(m.v6_rss_kib, f.v6_rss_kib),
     );
     row(
-        "IPv6 /64: controller idle CPU",
+        "IPv6 /64: controller idle CPU (schedstat, ns)",
         format!("{:.2} %", m.v6_idle_cpu),
         format!("{:.2} %", f.v6_idle_cpu),
         None,
@@ -706,7 +706,7 @@ fn lab_rows(m: &lab::LabFigures, f: &lab::LabFigures, repeat: usize, routes_only
     );
     row(
         &format!(
-            "speaker idle CPU, {} / {} LoadBalancer Services",
+            "speaker idle CPU (schedstat, ns), {} / {} LoadBalancer Services",
             m.speaker_services, f.speaker_services
         ),
         format!("{:.2} %", m.speaker_idle_cpu),

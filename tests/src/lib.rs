@@ -13,6 +13,7 @@
 //! - [`process`]: memory and CPU time of a process, from `/proc`.
 //! - [`metallb`]: MetalLB's controller and speaker as processes, for the migration test and the
 //!   side-by-side bench.
+//! - [`provenance`]: the commit, build and machine a bench's figures come from.
 //! - [`skip`]: the one skip every suite uses, a failure under `FERROLB_REQUIRE_BINARIES=1`.
 
 pub mod apiserver;
@@ -21,5 +22,6 @@ pub mod lab;
 pub mod metallb;
 pub mod netns;
 pub mod process;
+pub mod provenance;
 pub mod realkube;
 pub mod skip;

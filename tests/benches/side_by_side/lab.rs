@@ -12,7 +12,7 @@ use ferrolb_tests::backend::BackendKind;
 use ferrolb_tests::lab::report::{self, Fault};
 use ferrolb_tests::lab::{Binaries, Lab, LabConfig, NoAnswer, Requests, RouterKind, System};
 use ferrolb_tests::netns::topology::{NODE_NAMES, node_v4};
-use ferrolb_tests::process::{cpu_time, status_kib};
+use ferrolb_tests::process::{CpuWindow, status_kib};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -359,10 +359,9 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
     let pid = lab.speaker_pid(0).expect("node-a's speaker runs");
     // Settled: 20 s after the last restart, then 30 s with nothing changing.
     std::thread::sleep(Duration::from_secs(20));
-    let cpu0 = cpu_time(pid);
-    let t0 = Instant::now();
+    let window = CpuWindow::start(pid);
     std::thread::sleep(Duration::from_secs(30));
-    f.speaker_idle_cpu = (cpu_time(pid) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64() * 100.0;
+    (f.speaker_idle_cpu, _) = window.percent();
     f.speaker_rss_kib = status_kib(pid, "VmRSS:");
     f.speaker_services = lab
         .block({
