@@ -25,3 +25,19 @@ pub mod process;
 pub mod provenance;
 pub mod realkube;
 pub mod skip;
+
+use std::path::{Path, PathBuf};
+
+/// Where a script of this repository puts what it builds for the tests: `$ENV_VAR` when set,
+/// else the workspace's `target/NAME` (`scripts/realkube`, `scripts/metallb`,
+/// `scripts/guest-kernel`).
+pub fn built_dir(env_var: &str, name: &str) -> PathBuf {
+    if let Some(d) = std::env::var_os(env_var) {
+        return PathBuf::from(d);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .join("target")
+        .join(name)
+}

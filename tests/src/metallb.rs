@@ -14,13 +14,7 @@ pub const NAMESPACE: &str = "metallb-system";
 
 /// The directory of the binaries: `$FERROLB_METALLB_DIR`, or the workspace's `target/metallb`.
 pub fn dir() -> PathBuf {
-    if let Some(d) = std::env::var_os(DIR_ENV) {
-        return PathBuf::from(d);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("target/metallb")
+    crate::built_dir(DIR_ENV, "metallb")
 }
 
 /// MetalLB's CRDs (`target/metallb/crds`, copied from the module by `scripts/metallb`).

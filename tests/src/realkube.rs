@@ -119,13 +119,7 @@ impl Default for RealKubeConfig {
 
 /// The directory of the binaries: `$FERROLB_REALKUBE_DIR`, or the workspace's `target/realkube`.
 pub fn bin_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os(DIR_ENV) {
-        return PathBuf::from(d);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("target/realkube")
+    crate::built_dir(DIR_ENV, "realkube")
 }
 
 /// Whether the binaries have been built.

@@ -52,13 +52,7 @@ pub struct Kit {
 impl Kit {
     /// The kit's directory: `$FERROLB_GUEST_KERNEL_DIR`, or the workspace's `target/guest-kernel`.
     pub fn dir() -> PathBuf {
-        if let Some(d) = std::env::var_os(KIT_ENV) {
-            return PathBuf::from(d);
-        }
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root")
-            .join("target/guest-kernel")
+        ferrolb_tests::built_dir(KIT_ENV, "guest-kernel")
     }
 
     /// The kit, or why there is none.
