@@ -247,15 +247,9 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// instead under `FERROLB_REQUIRE_BINARIES=1`, where a skip would hide a broken setup.
 pub fn skip_unless_available(binaries: &[&str]) -> bool {
     match missing(binaries) {
-        Some(why) => skip_because(&why),
+        Some(why) => ferrolb_tests::skip::skip::<()>(why).is_none(),
         None => false,
     }
-}
-
-/// Prints `why` a test cannot run and returns true; fails instead under
-/// `FERROLB_REQUIRE_BINARIES=1`.
-pub fn skip_because(why: &str) -> bool {
-    ferrolb_tests::skip::skip::<()>(why).is_none()
 }
 
 impl Lab {

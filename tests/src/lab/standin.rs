@@ -65,12 +65,12 @@ fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
         _ => NoAnswer::Refused(e.to_string()),
     })?;
     let _ = stream.set_read_timeout(Some(timeout));
-    let refused = |e: std::io::Error| NoAnswer::Reset(e.to_string());
+    let reset = |e: std::io::Error| NoAnswer::Reset(e.to_string());
     stream
         .write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .map_err(refused)?;
+        .map_err(reset)?;
     let mut text = String::new();
-    stream.read_to_string(&mut text).map_err(refused)?;
+    stream.read_to_string(&mut text).map_err(reset)?;
     let body = text
         .split_once("\r\n\r\n")
         .map_or(text.as_str(), |(_, b)| b);
