@@ -183,51 +183,103 @@ fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Option<(boo
     ))
 }
 
-#[tokio::test]
-async fn kubectl_applies_gets_and_sees_validation_errors() {
+/// The kubeconfig the kubectl test talks to: the real cluster's when
+/// `FERROLB_TEST_KUBECONFIG` names one (`scripts/test` runs this suite against its real
+/// kube-apiserver too), else the in-repo test API server's, which `_server` keeps running.
+async fn kubectl_target(
+    tmp: &Path,
+) -> (
+    std::path::PathBuf,
+    Option<ferrolb_tests::apiserver::ApiServerHandle>,
+) {
+    if let Ok(path) = std::env::var(ferrolb_tests::apiserver::cluster::REAL_CLUSTER_ENV) {
+        return (path.into(), None);
+    }
     let server = ferrolb_tests::apiserver::ApiServer::start(
         ferrolb_tests::apiserver::ApiServerConfig::default()
             .with_crd_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crds")),
     )
     .await
     .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let kc = tmp.path().join("kubeconfig");
+    let kc = tmp.join("kubeconfig");
     server.write_kubeconfig(&kc).unwrap();
+    (kc, Some(server))
+}
+
+#[tokio::test]
+async fn kubectl_applies_gets_and_sees_validation_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (kc, _server) = kubectl_target(tmp.path()).await;
+    // A namespace of its own, so that a shared real cluster's other suites see none of this.
+    let ns = format!(
+        "kubectl-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let ns = ns.as_str();
     let kc2 = kc.clone();
-    let run = move |args: Vec<&'static str>, stdin: Option<&'static str>| {
+    let run = move |args: &[&str], stdin: Option<&'static str>| {
         let kc = kc2.clone();
-        tokio::task::spawn_blocking(move || kubectl(&kc, &args, stdin))
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubectl(&kc, &args, stdin)
+        })
     };
-    let svc = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  type: LoadBalancer\n  ports:\n  - port: 80\n";
-    let Some((ok, out)) = run(vec!["apply", "-f", "-"], Some(svc)).await.unwrap() else {
+    // kubectl create sends protobuf for built-in kinds.
+    let Some((ok, out)) = run(&["create", "namespace", ns], None).await.unwrap() else {
         return;
     };
+    assert!(
+        ok && out.contains(&format!("namespace/{ns} created")),
+        "{out}"
+    );
+    let (ok, out) = run(
+        &[
+            "label",
+            "namespace",
+            ns,
+            "ferrolb.io/test-suite=apiserver-binary",
+        ],
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(ok, "{out}");
+    let svc = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  type: LoadBalancer\n  ports:\n  - port: 80\n";
+    let (ok, out) = run(&["-n", ns, "apply", "-f", "-"], Some(svc))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(ok, "{out}");
     assert!(out.contains("service/web created"), "{out}");
-    let (ok, out) = run(vec!["get", "svc", "web"], None).await.unwrap().unwrap();
+    let (ok, out) = run(&["-n", ns, "get", "svc", "web"], None)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         ok && out.contains("LoadBalancer") && out.contains("<pending>"),
         "{out}"
     );
     let gadget = "apiVersion: test.ferrolb.io/v1\nkind: Gadget\nmetadata:\n  name: g\nspec:\n  pool: p\n  low: 9\n  high: 1\n";
-    let (ok, out) = run(vec!["apply", "-f", "-"], Some(gadget))
+    let (ok, out) = run(&["-n", ns, "apply", "-f", "-"], Some(gadget))
         .await
         .unwrap()
         .unwrap();
     assert!(!ok && out.contains("low must not exceed high"), "{out}");
-    let (ok, out) = run(vec!["get", "gadgets"], None).await.unwrap().unwrap();
-    assert!(ok && out.contains("No resources found"), "{out}");
-    // kubectl create sends protobuf for built-in kinds.
-    let (ok, out) = run(vec!["create", "namespace", "lab"], None)
+    let (ok, out) = run(&["-n", ns, "get", "gadgets"], None)
         .await
         .unwrap()
         .unwrap();
-    assert!(ok && out.contains("namespace/lab created"), "{out}");
+    assert!(ok && out.contains("No resources found"), "{out}");
     let (ok, out) = run(
-        vec![
+        &[
             "-n",
-            "lab",
+            ns,
             "create",
             "secret",
             "generic",
@@ -241,9 +293,9 @@ async fn kubectl_applies_gets_and_sees_validation_errors() {
     .unwrap();
     assert!(ok, "{out}");
     let (ok, out) = run(
-        vec![
+        &[
             "-n",
-            "lab",
+            ns,
             "get",
             "secret",
             "bgp",
@@ -256,4 +308,12 @@ async fn kubectl_applies_gets_and_sees_validation_errors() {
     .unwrap()
     .unwrap();
     assert!(ok && out == "czNjcmV0", "{out}");
+    let (ok, out) = run(&["delete", "namespace", ns, "--wait=false"], None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        ok && out.contains(&format!("namespace \"{ns}\" deleted")),
+        "{out}"
+    );
 }
