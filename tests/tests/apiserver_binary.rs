@@ -5,6 +5,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use ferrolb_tests::apiserver::ApiServerConfig;
+use ferrolb_tests::apiserver::cluster::TestCluster;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -183,78 +185,34 @@ fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Option<(boo
     ))
 }
 
-/// The kubeconfig the kubectl test talks to: the real cluster's when
-/// `FERROLB_TEST_KUBECONFIG` names one (`scripts/test` runs this suite against its real
-/// kube-apiserver too), else the in-repo test API server's, which `_server` keeps running.
-async fn kubectl_target(
-    tmp: &Path,
-) -> (
-    std::path::PathBuf,
-    Option<ferrolb_tests::apiserver::ApiServerHandle>,
-) {
-    if let Ok(path) = std::env::var(ferrolb_tests::apiserver::cluster::REAL_CLUSTER_ENV) {
-        return (path.into(), None);
-    }
-    let server = ferrolb_tests::apiserver::ApiServer::start(
-        ferrolb_tests::apiserver::ApiServerConfig::default()
-            .with_crd_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crds")),
-    )
-    .await
-    .unwrap();
-    let kc = tmp.join("kubeconfig");
-    server.write_kubeconfig(&kc).unwrap();
-    (kc, Some(server))
-}
-
+/// On the in-repo test API server, or on the real cluster `FERROLB_TEST_KUBECONFIG` names
+/// (`scripts/test` runs it against its real kube-apiserver too), in a namespace of its own.
 #[tokio::test]
 async fn kubectl_applies_gets_and_sees_validation_errors() {
+    let mut cluster = TestCluster::start(
+        ApiServerConfig::default()
+            .with_crd_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crds")),
+    )
+    .await;
     let tmp = tempfile::tempdir().unwrap();
-    let (kc, _server) = kubectl_target(tmp.path()).await;
-    // A namespace of its own, so that a shared real cluster's other suites see none of this.
-    let ns = format!(
-        "kubectl-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
+    let kc = cluster.kubeconfig(tmp.path()).unwrap();
+    let ns = cluster.namespace("kubectl").await;
     let ns = ns.as_str();
-    let kc2 = kc.clone();
     let run = move |args: &[&str], stdin: Option<&'static str>| {
-        let kc = kc2.clone();
+        let kc = kc.clone();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         tokio::task::spawn_blocking(move || {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             kubectl(&kc, &args, stdin)
         })
     };
-    // kubectl create sends protobuf for built-in kinds.
-    let Some((ok, out)) = run(&["create", "namespace", ns], None).await.unwrap() else {
-        return;
-    };
-    assert!(
-        ok && out.contains(&format!("namespace/{ns} created")),
-        "{out}"
-    );
-    let (ok, out) = run(
-        &[
-            "label",
-            "namespace",
-            ns,
-            "ferrolb.io/test-suite=apiserver-binary",
-        ],
-        None,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(ok, "{out}");
     let svc = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  type: LoadBalancer\n  ports:\n  - port: 80\n";
-    let (ok, out) = run(&["-n", ns, "apply", "-f", "-"], Some(svc))
+    let Some((ok, out)) = run(&["-n", ns, "apply", "-f", "-"], Some(svc))
         .await
         .unwrap()
-        .unwrap();
+    else {
+        return;
+    };
     assert!(ok, "{out}");
     assert!(out.contains("service/web created"), "{out}");
     let (ok, out) = run(&["-n", ns, "get", "svc", "web"], None)
@@ -276,6 +234,7 @@ async fn kubectl_applies_gets_and_sees_validation_errors() {
         .unwrap()
         .unwrap();
     assert!(ok && out.contains("No resources found"), "{out}");
+    // kubectl create sends protobuf for built-in kinds.
     let (ok, out) = run(
         &[
             "-n",
@@ -291,7 +250,7 @@ async fn kubectl_applies_gets_and_sees_validation_errors() {
     .await
     .unwrap()
     .unwrap();
-    assert!(ok, "{out}");
+    assert!(ok && out.contains("secret/bgp created"), "{out}");
     let (ok, out) = run(
         &[
             "-n",
@@ -308,12 +267,4 @@ async fn kubectl_applies_gets_and_sees_validation_errors() {
     .unwrap()
     .unwrap();
     assert!(ok && out == "czNjcmV0", "{out}");
-    let (ok, out) = run(&["delete", "namespace", ns, "--wait=false"], None)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        ok && out.contains(&format!("namespace \"{ns}\" deleted")),
-        "{out}"
-    );
 }

@@ -103,6 +103,21 @@ impl TestCluster {
         self.server.as_ref().map(ApiServerHandle::faults)
     }
 
+    /// A kubeconfig for tools outside the process (kubectl): the one [`REAL_CLUSTER_ENV`] names
+    /// on a real cluster, else the double's, written into `dir`.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::io::Result<PathBuf> {
+        match &self.server {
+            None => Ok(std::env::var(REAL_CLUSTER_ENV)
+                .map(PathBuf::from)
+                .unwrap_or_default()),
+            Some(server) => {
+                let path = dir.join("kubeconfig");
+                server.write_kubeconfig(&path)?;
+                Ok(path)
+            }
+        }
+    }
+
     /// A kube client.
     pub fn client(&self) -> kube::Client {
         self.client.clone()
