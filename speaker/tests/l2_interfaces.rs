@@ -323,3 +323,46 @@ fn a_change_to_one_owned_address_leaves_the_others_answered_and_answers_the_new_
         );
     });
 }
+
+#[test]
+fn an_address_handed_over_is_answered_until_the_new_owner_announces_it_and_then_never_again() {
+    let Some(lab) = Lab::new(2) else { return };
+    let (old_mac, new_mac) = (lab.node_mac(0), lab.node_mac(1));
+    let old = lab.in_node(0, || {
+        let responder = Responder::new();
+        responder.set_owned(&owned_on_eth0()).expect("eth0 opens");
+        responder
+    });
+    answered_by(&lab, V4, &old_mac);
+    answered_by(&lab, V6, &old_mac);
+    // Handed over, nobody else has it yet: still answered, by the old owner alone.
+    old.hand_over([ip(V4), ip(V6)]);
+    answered_by(&lab, V4, &old_mac);
+    answered_by(&lab, V6, &old_mac);
+    assert!(old.taken_over().is_empty());
+    // The new owner takes both and announces them (gratuitous ARP, unsolicited NA): the old
+    // one stops answering at once, before its handover time would have run out.
+    let new = lab.in_node(1, || {
+        let responder = Responder::new();
+        responder.set_owned(&owned_on_eth0()).expect("eth0 opens");
+        responder
+    });
+    eventually(
+        "the old owner sees both announcements",
+        Duration::from_secs(5),
+        || old.taken_over() == BTreeSet::from([ip(V4), ip(V6)]),
+    );
+    answered_by(&lab, V4, &new_mac);
+    answered_by(&lab, V6, &new_mac);
+    // Owned again (the handover ends): answered again.
+    lab.in_node(1, || new.set_owned(&BTreeMap::new()))
+        .expect("nothing to open");
+    let again = owned_on_eth0()
+        .into_iter()
+        .map(|(a, n)| (a, Some(n)))
+        .collect();
+    lab.in_node(0, || old.change_owned(&again))
+        .expect("eth0 is open");
+    assert!(old.taken_over().is_empty());
+    answered_by(&lab, V4, &old_mac);
+}

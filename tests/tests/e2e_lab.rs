@@ -852,7 +852,9 @@ fn an_owner_whose_node_gets_the_exclusion_label_answers_until_the_new_owner_has_
             lab.ask_from_client(ip).ok().filter(|a| *a != old)
         })
         .unwrap();
-    // The old owner goes on answering for the handover time (1 s), then stops.
+    let new_seen = labelled.elapsed();
+    // The old owner goes on answering until it sees the new owner's gratuitous ARP (within
+    // the handover time, 1 s), then stops.
     let answered_for = lab
         .wait(
             CONVERGE,
@@ -867,16 +869,32 @@ fn an_owner_whose_node_gets_the_exclusion_label_answers_until_the_new_owner_has_
     let requests = client.join().unwrap().expect("the client ran");
     let lost = requests.lost();
     eprintln!(
-        "{old} labelled excluded: it answered {:.2} s more, {new} took over; {} requests every \
-         20 ms from the segment, {} lost: {lost:?}",
+        "{old} labelled excluded: {new} answered the client {:.2} s later, {old} stopped \
+         answering {:.2} s after the label; {} requests every 20 ms from the segment, {} lost: \
+         {lost:?}",
+        new_seen.as_secs_f64(),
         answered_for.as_secs_f64(),
         requests.results.len(),
         lost.len()
     );
     assert_ne!(old, new);
+    // It stopped because it saw the new owner announce the address (with
+    // `--l2-handover-time=0s` it stops at the label, and says nothing of the kind) ...
+    let log = lab.log_tail(&format!("speaker-{old}.log"), 400);
     assert!(
-        answered_for >= Duration::from_millis(900),
-        "{old} stopped answering {answered_for:?} after it was labelled"
+        log.lines().any(|l| l.contains(
+            "another node announced an address this node hands over: no longer answering"
+        ) && l.contains(&ip.to_string())),
+        "{old}'s speaker did not stop at the new owner's announcement of {ip}:\n{}",
+        lab.log_tail(&format!("speaker-{old}.log"), 30)
+    );
+    // ... and not only when the handover time ran out: answering on after the new owner's
+    // announcement lets a client that asks again switch back to the old node, and its next
+    // connection move twice.
+    assert!(
+        answered_for < new_seen + Duration::from_millis(500),
+        "{old} answered {answered_for:?} after the label, though {new} answered the client \
+         after {new_seen:?}"
     );
     // As in the SIGTERM drain: no request waits for ARP; the one connection in flight when
     // the client's cache switches to the new owner's MAC may be reset.

@@ -5,7 +5,8 @@
 //! node's traffic, both directions). With it the kernel passes only:
 //! - frames received, not sent by this host (`pkttype != PACKET_OUTGOING`), and
 //! - ARP (EtherType 0x0806), or IPv6 whose next header is ICMPv6 (58) and whose ICMPv6 type is
-//!   Neighbor Solicitation (135).
+//!   Neighbor Solicitation (135) or Neighbor Advertisement (136: another host announcing an
+//!   address this node hands over, see `responder::Responder::hand_over`).
 //!
 //! Everything else the parser would have dropped as not ours. Malformed ARP and malformed
 //! solicitations still pass, so they are still counted per reason.
@@ -30,18 +31,19 @@ pub const AD_PKTTYPE: u32 = 0xffff_f000 + 4;
 pub const PACKET_OUTGOING: u32 = 4;
 
 /// The responder's filter. Jump offsets count from the next instruction.
-pub const RESPONDER_FILTER: [Insn; 11] = [
+pub const RESPONDER_FILTER: [Insn; 12] = [
     (LD_W_ABS, 0, 0, AD_PKTTYPE),   // 0: A = pkttype
-    (JEQ_K, 8, 0, PACKET_OUTGOING), // 1: outgoing -> drop
+    (JEQ_K, 9, 0, PACKET_OUTGOING), // 1: outgoing -> drop
     (LD_H_ABS, 0, 0, 12),           // 2: A = EtherType
-    (JEQ_K, 5, 0, 0x0806),          // 3: ARP -> accept
-    (JEQ_K, 0, 5, 0x86dd),          // 4: not IPv6 -> drop
+    (JEQ_K, 6, 0, 0x0806),          // 3: ARP -> accept
+    (JEQ_K, 0, 6, 0x86dd),          // 4: not IPv6 -> drop
     (LD_B_ABS, 0, 0, 14 + 6),       // 5: A = IPv6 next header
-    (JEQ_K, 0, 3, 58),              // 6: not ICMPv6 -> drop
+    (JEQ_K, 0, 4, 58),              // 6: not ICMPv6 -> drop
     (LD_B_ABS, 0, 0, 14 + 40),      // 7: A = ICMPv6 type
-    (JEQ_K, 0, 1, 135),             // 8: not NS -> drop
-    (RET_K, 0, 0, 0x0004_0000),     // 9: accept (whole frame)
-    (RET_K, 0, 0, 0),               // 10: drop
+    (JEQ_K, 1, 0, 135),             // 8: NS -> accept
+    (JEQ_K, 0, 1, 136),             // 9: not NA -> drop
+    (RET_K, 0, 0, 0x0004_0000),     // 10: accept (whole frame)
+    (RET_K, 0, 0, 0),               // 11: drop
 ];
 
 #[cfg(test)]
@@ -87,9 +89,10 @@ mod tests {
     const HOST: u32 = 0;
 
     #[test]
-    fn arp_and_neighbor_solicitations_pass() {
+    fn arp_and_neighbor_solicitations_and_advertisements_pass() {
         assert_ne!(run(&RESPONDER_FILTER, &frame(0x0806, 0, 0), HOST), 0);
         assert_ne!(run(&RESPONDER_FILTER, &frame(0x86dd, 58, 135), HOST), 0);
+        assert_ne!(run(&RESPONDER_FILTER, &frame(0x86dd, 58, 136), HOST), 0);
         // A short ARP frame still passes: the parser counts it as truncated.
         assert_ne!(run(&RESPONDER_FILTER, &frame(0x0806, 0, 0)[..20], HOST), 0);
     }
@@ -99,7 +102,7 @@ mod tests {
         for (et, nh, ty) in [
             (0x0800, 6, 0),
             (0x86dd, 6, 135),
-            (0x86dd, 58, 136),
+            (0x86dd, 58, 137),
             (0x86dd, 58, 128),
             (0x8100, 0, 0),
         ] {

@@ -149,7 +149,89 @@ struct Inner {
     ports: Mutex<BTreeMap<String, Arc<Port>>>,
     counters: Counters,
     stop: AtomicBool,
+    handover: Mutex<Handover>,
+    /// Whether `handover` holds anything: the readers look at it only then.
+    handing_over: AtomicBool,
 }
+
+impl Inner {
+    /// Whether `ip` is being handed over (see [`Responder::hand_over`]): not announced any
+    /// more, and no longer answered once another host has announced it.
+    fn in_handover(&self, ip: IpAddr) -> (bool, bool) {
+        if !self.handing_over.load(Ordering::Acquire) {
+            return (false, false);
+        }
+        let h = lock(&self.handover);
+        (
+            h.pending.contains(&ip) || h.taken.contains(&ip),
+            h.taken.contains(&ip),
+        )
+    }
+
+    /// Notes another host's announcement in `bytes`, if it is one, of an address this port
+    /// answers for: one being handed over is taken over, and no longer answered from now on;
+    /// another is remembered for [`RECENT_ANNOUNCEMENT`], in case its handover starts just
+    /// after the new owner announced it (both see the same change, in either order).
+    fn note_announcement(&self, bytes: &[u8], port: &Port) {
+        let Some(a) = frame::announcement(bytes) else {
+            return;
+        };
+        let owned = self
+            .view
+            .read()
+            .is_ok_and(|v| v.get(&port.name).is_some_and(|s| s.contains(&a.ip)));
+        if !owned {
+            return;
+        }
+        let now = Instant::now();
+        let mut h = lock(&self.handover);
+        if h.pending.remove(&a.ip) {
+            h.taken.insert(a.ip);
+            tracing::info!(ip = %a.ip, interface = %port.name, by = %a.from,
+                "another node announced an address this node hands over: no longer answering for it");
+        } else if !h.taken.contains(&a.ip) {
+            h.recent
+                .retain(|_, at| now.duration_since(*at) < RECENT_ANNOUNCEMENT);
+            h.recent.insert(a.ip, now);
+        }
+    }
+
+    /// Forgets the handover of `ips` (given up for good, or owned again).
+    fn end_handover(&self, ips: impl IntoIterator<Item = IpAddr>) {
+        if !self.handing_over.load(Ordering::Acquire) {
+            return;
+        }
+        let mut h = lock(&self.handover);
+        for ip in ips {
+            h.pending.remove(&ip);
+            h.taken.remove(&ip);
+        }
+        self.handing_over.store(
+            !h.pending.is_empty() || !h.taken.is_empty(),
+            Ordering::Release,
+        );
+    }
+}
+
+/// Addresses this node is giving up while it still answers for them (see
+/// [`Responder::hand_over`]).
+#[derive(Default)]
+struct Handover {
+    /// Still answered: no other host has announced them yet.
+    pending: BTreeSet<IpAddr>,
+    /// Announced by another host: no longer answered.
+    taken: BTreeSet<IpAddr>,
+    /// Owned addresses another host announced lately, and when: handed over within
+    /// [`RECENT_ANNOUNCEMENT`] of that, they are taken over at once. Holds only addresses
+    /// answered here, and only while another host claims them.
+    recent: HashMap<IpAddr, Instant>,
+}
+
+/// How long another host's announcement of an address this node still answers for counts as
+/// the new owner having taken it, should its handover start later (see
+/// [`Responder::hand_over`]). Shorter than the first repeat of an announcement, so that a
+/// conflict that outlives it is seen again.
+pub const RECENT_ANNOUNCEMENT: Duration = Duration::from_millis(400);
 
 /// What the last [`Responder::set_owned`] asked for, and how it is going.
 #[derive(Default)]
@@ -194,6 +276,8 @@ impl Responder {
             ports: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
             stop: AtomicBool::new(false),
+            handover: Mutex::new(Handover::default()),
+            handing_over: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let announcer = {
@@ -225,6 +309,8 @@ impl Responder {
     pub fn set_owned(&self, owned: &BTreeMap<IpAddr, Vec<String>>) -> Result<(), L2Error> {
         let host = iface::system_interfaces();
         let mut control = lock(&self.control);
+        *lock(&self.inner.handover) = Handover::default();
+        self.inner.handing_over.store(false, Ordering::Release);
         control.wanted = owned.clone();
         control.names = BTreeMap::new();
         for name in owned.values().flatten() {
@@ -248,6 +334,7 @@ impl Responder {
             return Ok(());
         }
         let mut control = lock(&self.control);
+        self.inner.end_handover(changes.keys().copied());
         let ports = lock(&self.inner.ports).clone();
         let all_open = changes
             .values()
@@ -317,6 +404,42 @@ impl Responder {
             let _ = tx.send(Command::Delta { added, removed });
         }
         Ok(())
+    }
+
+    /// Hands `ips` over: this node gives them up, but another node may not have taken them yet,
+    /// so they are still answered (not announced again) until another host announces one
+    /// (gratuitous ARP, unsolicited Neighbor Advertisement with override) on the interface it
+    /// is answered on, or has announced it within [`RECENT_ANNOUNCEMENT`] before this call:
+    /// from then on it is no longer answered, and [`Responder::taken_over`] lists it. Answering on after the new owner's announcement would let a neighbour that
+    /// asks again switch back to this node, and its connections would move twice. The handover
+    /// ends for an address when [`Responder::change_owned`] or [`Responder::set_owned`] next
+    /// names it (owned again, or given up for good); handing over again an address already
+    /// taken over leaves it taken.
+    pub fn hand_over(&self, ips: impl IntoIterator<Item = IpAddr>) {
+        let now = Instant::now();
+        let mut h = lock(&self.inner.handover);
+        for ip in ips {
+            let announced = h
+                .recent
+                .remove(&ip)
+                .is_some_and(|at| now.duration_since(at) < RECENT_ANNOUNCEMENT);
+            if announced {
+                tracing::info!(%ip, "another node announced an address this node hands over: no longer answering for it");
+                h.taken.insert(ip);
+            } else if !h.taken.contains(&ip) {
+                h.pending.insert(ip);
+            }
+        }
+        self.inner.handing_over.store(
+            !h.pending.is_empty() || !h.taken.is_empty(),
+            Ordering::Release,
+        );
+    }
+
+    /// The handed-over addresses another host has announced since (see
+    /// [`Responder::hand_over`]): no longer answered here.
+    pub fn taken_over(&self) -> BTreeSet<IpAddr> {
+        lock(&self.inner.handover).taken.clone()
     }
 
     /// Compares every open port with the host's interfaces (`host`, from
@@ -702,6 +825,7 @@ fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
         return;
     }
     Counters::bump(&c.frames);
+    inner.note_announcement(bytes, port);
     let request = match frame::parse(bytes) {
         Ok(r) => r,
         Err(reason) => {
@@ -724,7 +848,7 @@ fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
         .read()
         .map(|v| v.get(&port.name).is_some_and(|s| s.contains(&target)))
         .unwrap_or(false);
-    if !owned {
+    if !owned || inner.in_handover(target).1 {
         Counters::bump(&c.not_owned);
         return;
     }
@@ -832,6 +956,10 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
             }
             // Several due at once only after a stall: one announcement covers them.
             a.sent = due;
+            // An address being handed over is answered, never announced again.
+            if inner.in_handover(*ip).0 {
+                continue;
+            }
             if let Some(port) = ports.get(name).filter(|p| p.id == a.port) {
                 announce(inner, port, *ip);
             }

@@ -444,8 +444,9 @@ impl Speaker {
     }
 
     /// The ownership changes the responder should apply now: an address given up within
-    /// `l2_handover` of this node's exclusion is answered until that time has passed (kept in
-    /// `handing_over`); one owned again stops being handed over.
+    /// `l2_handover` of this node's exclusion is handed over ([`Responder::hand_over`]: answered
+    /// until the new owner announces it or that time has passed; kept in `handing_over`); one
+    /// owned again stops being handed over.
     fn hold_for_handover(
         &mut self,
         changes: &BTreeMap<IpAddr, Option<Vec<String>>>,
@@ -455,10 +456,12 @@ impl Speaker {
             .map(|t| t + self.settings.l2_handover)
             .filter(|until| *until > std::time::Instant::now());
         let mut now = BTreeMap::new();
+        let mut handed = Vec::new();
         for (ip, names) in changes {
             match (names, until) {
                 (None, Some(until)) if self.answering.contains_key(ip) => {
                     self.handing_over.insert(*ip, until);
+                    handed.push(*ip);
                 }
                 _ => {
                     if names.is_some() {
@@ -468,26 +471,39 @@ impl Speaker {
                 }
             }
         }
+        if let Some(r) = self.responder.as_ref().filter(|_| !handed.is_empty()) {
+            r.hand_over(handed);
+        }
         now
     }
 
-    /// Stops answering for the addresses whose handover time has passed at `now`.
+    /// Ends the handovers that are over at `now`: the new owner announced the address (the
+    /// responder stopped answering for it then), or the handover time has passed.
     fn end_handovers(&mut self, now: std::time::Instant) {
         if self.handing_over.is_empty() {
             return;
         }
+        let taken = self
+            .responder
+            .as_ref()
+            .map(Responder::taken_over)
+            .unwrap_or_default();
         let done: BTreeMap<IpAddr, Option<Vec<String>>> = self
             .handing_over
             .iter()
-            .filter(|(_, until)| **until <= now)
+            .filter(|(ip, until)| **until <= now || taken.contains(ip))
             .map(|(ip, _)| (*ip, None))
             .collect();
         if done.is_empty() {
             return;
         }
-        self.handing_over.retain(|_, until| *until > now);
+        self.handing_over
+            .retain(|ip, until| *until > now && !taken.contains(ip));
+        let announced = done.keys().filter(|ip| taken.contains(ip)).count();
         info!(
             addresses = done.len(),
+            announced_by_new_owner = announced,
+            timed_out = done.len() - announced,
             "handed over: no longer answering for these layer-2 addresses"
         );
         if let Some(r) = &self.responder
@@ -498,10 +514,18 @@ impl Speaker {
     }
 
     /// When [`Speaker::sync`] should run again at the latest (a handover or a preference
-    /// hold-down ends), if ever.
+    /// hold-down ends), if ever. While addresses are handed over, every [`HANDOVER_POLL`], to
+    /// see which the new owners have announced.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
         let hold_down = self.responder.as_ref().and(self.hold_down_ends);
-        self.handing_over.values().copied().chain(hold_down).min()
+        let poll =
+            (!self.handing_over.is_empty()).then(|| std::time::Instant::now() + HANDOVER_POLL);
+        self.handing_over
+            .values()
+            .copied()
+            .chain(hold_down)
+            .chain(poll)
+            .min()
     }
 
     /// Logs interfaces that started or stopped failing and interfaces reopened, and exports
@@ -842,7 +866,22 @@ impl Speaker {
         let started = std::time::Instant::now();
         let l2 = async {
             if let Some(r) = &self.responder {
-                tokio::time::sleep(handover).await;
+                let owned: BTreeSet<IpAddr> = self
+                    .answering
+                    .keys()
+                    .chain(self.handing_over.keys())
+                    .copied()
+                    .collect();
+                r.hand_over(owned.iter().copied());
+                let until = started + handover;
+                // Until every address is announced by its new owner, or the time is up.
+                while r.taken_over().len() < owned.len() {
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    tokio::time::sleep(left.min(HANDOVER_POLL)).await;
+                }
                 let _ = r.set_owned(&BTreeMap::new());
             }
         };
@@ -929,6 +968,12 @@ fn pods_ready_since(
 
 /// Addresses carried over gossip at most (keeps the state within one datagram).
 pub const MAX_UNABLE: usize = 10;
+
+/// How often a speaker handing addresses over (excluded, or stopping) looks whether their new
+/// owners have announced them. The responder stops answering for an address at the new
+/// owner's announcement itself; this bounds how late the speaker's metrics, logs and shutdown
+/// learn of it.
+pub const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The `ferrolb_bgp_notifications_total` series of `peer` and their values.
 fn notification_series(peer: &str, st: &crate::bgp::PeerStatus) -> Vec<(NotificationLabels, u64)> {

@@ -6,6 +6,10 @@
 //! options: a reply goes to the Ethernet source of the solicitation, which is where the
 //! source link-layer address option would point on any sane host.
 //!
+//! [`announcement`] reads the other direction: another host's gratuitous ARP or unsolicited
+//! Neighbor Advertisement, by which a speaker handing an address over learns that the new
+//! owner has taken it.
+//!
 //! The builders produce complete Ethernet frames: ARP replies, gratuitous ARP in request and
 //! reply form, solicited and unsolicited Neighbor Advertisements (RFC 4861 §4.4, §7.2.4,
 //! §7.2.6) with their ICMPv6 checksum.
@@ -17,10 +21,10 @@ pub use build::{
     arp_reply, gratuitous_arp_reply, gratuitous_arp_request, neighbor_advertisement,
     neighbor_solicitation, unsolicited_na,
 };
-pub use parse::parse;
+pub use parse::{announcement, parse};
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Length of an Ethernet II header.
 pub const ETH_HEADER_LEN: usize = 14;
@@ -101,6 +105,16 @@ pub struct NeighborSolicitation {
     pub destination: Ipv6Addr,
     /// The address asked about.
     pub target: Ipv6Addr,
+}
+
+/// Another host's claim on an address, read by [`announcement`]: a gratuitous ARP or an
+/// unsolicited Neighbor Advertisement with the override flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Announcement {
+    /// The address announced.
+    pub ip: IpAddr,
+    /// Source MAC of the Ethernet frame: the host that holds it now.
+    pub from: MacAddr,
 }
 
 /// A request this module can answer.

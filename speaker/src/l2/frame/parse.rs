@@ -4,15 +4,23 @@
 //! here indexes a slice without a bound check that returns [`DropReason::Truncated`].
 
 use super::{
-    ArpRequest, DropReason, ETH_HEADER_LEN, ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr,
+    Announcement, ArpRequest, DropReason, ETH_HEADER_LEN, ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr,
     NeighborSolicitation, Request, icmpv6_checksum, solicited_node,
 };
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// ICMPv6 next-header value.
 const NEXT_HEADER_ICMPV6: u8 = 58;
 /// ICMPv6 type of a Neighbor Solicitation.
 const ICMPV6_NEIGHBOR_SOLICITATION: u8 = 135;
+/// ICMPv6 type of a Neighbor Advertisement.
+const ICMPV6_NEIGHBOR_ADVERTISEMENT: u8 = 136;
+/// Neighbor Advertisement flags (RFC 4861 §4.4), in the octet after the checksum.
+const NA_FLAG_SOLICITED: u8 = 0x40;
+/// The override flag: the sender asks neighbours to replace the link-layer address they hold.
+const NA_FLAG_OVERRIDE: u8 = 0x20;
+/// Fixed part of a Neighbor Advertisement: type, code, checksum, flags, target.
+const NA_FIXED_LEN: usize = 24;
 /// Fixed part of a Neighbor Solicitation: type, code, checksum, reserved, target.
 const NS_FIXED_LEN: usize = 24;
 /// Length of the IPv6 header.
@@ -124,4 +132,45 @@ fn parse_ns(eth_src: MacAddr, p: &[u8]) -> Result<NeighborSolicitation, DropReas
         destination,
         target,
     })
+}
+
+/// Reads another host's announcement that it now holds an address: a gratuitous ARP (request
+/// or reply, RFC 5227 §3: sender and target address the same, not `0.0.0.0`) or an unsolicited
+/// Neighbor Advertisement with the override flag (RFC 4861 §7.2.6: Solicited clear), validated
+/// as RFC 4861 §7.1.2 asks (hop limit 255, code 0, checksum, target not multicast). `None` for
+/// anything else, malformed frames included; [`parse`] counts those.
+pub fn announcement(frame: &[u8]) -> Option<Announcement> {
+    let eth_src = MacAddr(take::<6>(frame, 6).ok()?);
+    let payload = frame.get(ETH_HEADER_LEN..)?;
+    let ip = match u16_at(frame, 12).ok()? {
+        ETHERTYPE_ARP => {
+            let pkt = take::<28>(payload, 0).ok()?;
+            let ethernet_ipv4 = pkt[0..6] == [0, 1, 8, 0, 6, 4];
+            let op = u16::from_be_bytes([pkt[6], pkt[7]]);
+            let sender = Ipv4Addr::from(take::<4>(&pkt, 14).ok()?);
+            let target = Ipv4Addr::from(take::<4>(&pkt, 24).ok()?);
+            let gratuitous = (op == 1 || op == 2) && sender == target && !sender.is_unspecified();
+            (ethernet_ipv4 && gratuitous).then_some(IpAddr::V4(sender))?
+        }
+        ETHERTYPE_IPV6 => {
+            let header = take::<IPV6_HEADER_LEN>(payload, 0).ok()?;
+            let payload_len = usize::from(u16::from_be_bytes([header[4], header[5]]));
+            let source = Ipv6Addr::from(take::<16>(&header, 8).ok()?);
+            let destination = Ipv6Addr::from(take::<16>(&header, 24).ok()?);
+            let message = payload.get(IPV6_HEADER_LEN..IPV6_HEADER_LEN + payload_len)?;
+            let valid = header[0] >> 4 == 6
+                && header[6] == NEXT_HEADER_ICMPV6
+                && header[7] == 255
+                && message.len() >= NA_FIXED_LEN
+                && message[0] == ICMPV6_NEIGHBOR_ADVERTISEMENT
+                && message[1] == 0
+                && icmpv6_checksum(source, destination, message) == 0;
+            let flags = message.get(4).copied().unwrap_or(0);
+            let unsolicited = flags & NA_FLAG_SOLICITED == 0 && flags & NA_FLAG_OVERRIDE != 0;
+            let target = Ipv6Addr::from(take::<16>(message, 8).ok()?);
+            (valid && unsolicited && !target.is_multicast()).then_some(IpAddr::V6(target))?
+        }
+        _ => return None,
+    };
+    Some(Announcement { ip, from: eth_src })
 }

@@ -3,7 +3,7 @@
 //! duplicate address detection. Our builders must produce the kernel's answers byte for byte.
 
 use super::*;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 fn hex(s: &str) -> Vec<u8> {
     let clean: String = s.chars().filter(char::is_ascii_hexdigit).collect();
@@ -146,6 +146,67 @@ fn gratuitous_arp_comes_in_request_and_reply_form() {
     // Another speaker must not take our announcement for a question.
     assert_eq!(parse(&req), Err(DropReason::ArpGratuitous));
     assert_eq!(parse(&rep), Err(DropReason::ArpNotRequest));
+}
+
+#[test]
+fn another_speakers_gratuitous_arp_and_unsolicited_na_read_as_its_announcements() {
+    let v4 = Ipv4Addr::new(10, 99, 0, 100);
+    let v6: Ipv6Addr = "fd00:99::100".parse().unwrap();
+    for f in [
+        gratuitous_arp_request(MAC_B, v4).to_vec(),
+        gratuitous_arp_reply(MAC_B, v4).to_vec(),
+    ] {
+        assert_eq!(
+            announcement(&f),
+            Some(Announcement {
+                ip: IpAddr::V4(v4),
+                from: MAC_B
+            })
+        );
+    }
+    assert_eq!(
+        announcement(&unsolicited_na(MAC_B, v6)),
+        Some(Announcement {
+            ip: IpAddr::V6(v6),
+            from: MAC_B
+        })
+    );
+}
+
+#[test]
+fn questions_answers_to_questions_and_probes_are_not_announcements() {
+    let mut probe = hex(ARPING_REQUEST);
+    probe[28..32].copy_from_slice(&[0, 0, 0, 0]);
+    for f in [
+        hex(ARPING_REQUEST),
+        hex(KERNEL_ARP_REPLY),
+        probe,
+        hex(NDISC6_NS),
+        hex(KERNEL_NA),
+        hex(KERNEL_DAD_NS),
+        hex(KERNEL_RS),
+    ] {
+        assert_eq!(announcement(&f), None, "{f:02x?}");
+    }
+}
+
+#[test]
+fn an_unsolicited_na_without_override_or_with_a_bad_checksum_or_hop_limit_is_not_an_announcement() {
+    let v6: Ipv6Addr = "fd00:99::100".parse().unwrap();
+    let good = unsolicited_na(MAC_B, v6);
+    let mut no_override = good;
+    no_override[58] = 0;
+    refresh_checksum(&mut no_override);
+    let mut bad_checksum = good;
+    bad_checksum[56] ^= 1;
+    let mut off_link = good;
+    off_link[21] = 64;
+    for f in [no_override, bad_checksum, off_link] {
+        assert_eq!(announcement(&f), None);
+    }
+    for len in 0..good.len() {
+        assert_eq!(announcement(&good[..len]), None, "truncated to {len}");
+    }
 }
 
 #[test]
@@ -318,6 +379,7 @@ mod fuzz_like {
         #[test]
         fn parsing_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse(&bytes);
+            let _ = announcement(&bytes);
         }
 
         #[test]
