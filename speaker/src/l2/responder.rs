@@ -30,7 +30,10 @@
 //!   in between adds its entry at once.
 //! - Malformed frames are counted per [`frame::DropReason`] and never parsed past their length.
 //! - Each packet socket carries [`RESPONDER_FILTER`]: the kernel passes only received ARP and
-//!   Neighbor Solicitations, not the node's other traffic nor the frames it sends.
+//!   Neighbor Solicitations and Advertisements, not the node's other traffic nor the frames it
+//!   sends.
+//! - An address handed over ([`Responder::hand_over`]) is never announced again, and is no
+//!   longer answered from the moment another host's announcement of it is read.
 //!
 //! # Caveats
 //! - An interface re-created, or back up, is answered again only at the next reconcile: call
