@@ -1,12 +1,17 @@
 //! MetalLB and FerroLB side by side, on the same machine in the same run, each against a real
 //! kube-apiserver of its own (`scripts/realkube`) with its own CRDs and the equivalent
-//! configuration, never both at once. MetalLB is v0.16's own controller (`scripts/metallb`);
-//! FerroLB is the release `ferrolb-controller` and `ferrolb-speaker`.
+//! configuration, never both at once. MetalLB is v0.16's own controller (`scripts/metallb`), and
+//! in the lab its speaker in native mode or in frr-k8s mode (frr-k8s from `scripts/frrk8s`, FRR
+//! from Debian's `frr` and `frr-pythontools`); FerroLB is the release `ferrolb-controller` and
+//! `ferrolb-speaker`.
 //!
 //! ```sh
-//! scripts/realkube && scripts/metallb && cargo build --release -p ferrolb-controller -p ferrolb-speaker
+//! scripts/realkube && scripts/metallb && scripts/frrk8s
+//! cargo build --release -p ferrolb-controller -p ferrolb-speaker
 //! cargo bench -p ferrolb-tests --bench side_by_side
 //! FERROLB_BENCH_REPEAT=3 FERROLB_BENCH_V6_SERVICES=2000 cargo bench -p ferrolb-tests --bench side_by_side
+//! FERROLB_BENCH_SYSTEMS=metallb,metallb-frrk8s,ferrolb FERROLB_BENCH_ONLY=cut \
+//!   cargo bench -p ferrolb-tests --bench side_by_side
 //! ```
 //!
 //! Controller scenarios, each system against a real kube-apiserver of its own:
@@ -30,12 +35,22 @@
 //! Services over BGP: from a speaker's start to all of them routed through its node at the
 //! router (5 times each), then the speaker's RSS and idle CPU with 10,000.
 //!
-//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part; `=routes` only the lab's route-count
-//! scenario. `FERROLB_BENCH_ROUTES` gives its counts (`1000,10000`); `FERROLB_BENCH_SYSTEMS`
-//! (`ferrolb`, `metallb`) runs the lab part for those only, and prints no table then.
+//! The lab part runs three systems: MetalLB in native BGP mode (no BFD: MetalLB refuses BFD
+//! there), MetalLB in frr-k8s mode (the default of MetalLB's chart: frr-k8s and FRR on every
+//! node, built by `scripts/frrk8s`, with the lab's BFD profile, 300 ms x 3, as FerroLB has it),
+//! and FerroLB. The controller part runs MetalLB once: its controller is the same in both modes.
 //!
-//! Prints one table with both systems and the ratio (MetalLB / FerroLB: above 1, FerroLB is
-//! faster or smaller). Asserts nothing but that both systems assign every Service.
+//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part; `=routes` only the lab's route-count
+//! scenario, `=cut` only the node cut off (layer 2 and BGP withdrawal), `=kill` only the speaker
+//! SIGKILLed, `=rolling` only the rolling restart, or a list (`=cut,rolling`).
+//! `FERROLB_BENCH_ROUTES` gives the route counts (`1000,10000`); `FERROLB_BENCH_SYSTEMS`
+//! (`metallb`, `metallb-frrk8s`, `ferrolb`, comma-separated) runs the lab part for those only;
+//! the table shows `-` for the others. Without `scripts/frrk8s` (or Debian's `frr-pythontools`)
+//! the frr-k8s column is left out with a message, a failure under `FERROLB_REQUIRE_BINARIES=1`.
+//!
+//! Prints one table, the commit above it, with the systems and the ratios (MetalLB / FerroLB:
+//! above 1, FerroLB is faster or smaller). Asserts nothing but that each system assigns every
+//! Service.
 
 #[path = "side_by_side/lab.rs"]
 mod lab;
@@ -65,27 +80,45 @@ const V6_POOL: &str = "2001:db8:64::/64";
 #[derive(Clone, Copy, PartialEq)]
 enum System {
     MetalLb,
+    /// MetalLB in frr-k8s mode: lab scenarios only (its controller is MetalLB's one).
+    MetalLbFrrK8s,
     FerroLb,
 }
 
 impl System {
+    /// The lab's systems, in the table's order.
+    const LAB: [System; 3] = [System::MetalLb, System::MetalLbFrrK8s, System::FerroLb];
+
     fn lab(self) -> ferrolb_tests::lab::System {
         match self {
             System::MetalLb => ferrolb_tests::lab::System::MetalLb,
+            System::MetalLbFrrK8s => ferrolb_tests::lab::System::MetalLbFrrK8s,
             System::FerroLb => ferrolb_tests::lab::System::FerroLb,
+        }
+    }
+
+    /// Its name in `FERROLB_BENCH_SYSTEMS`.
+    fn key(self) -> &'static str {
+        match self {
+            System::MetalLb => "metallb",
+            System::MetalLbFrrK8s => "metallb-frrk8s",
+            System::FerroLb => "ferrolb",
         }
     }
 
     fn name(self) -> String {
         match self {
             System::MetalLb => format!("MetalLB {}", metallb::version()),
+            System::MetalLbFrrK8s => {
+                format!("MetalLB {} (frr-k8s, BFD 300 ms x 3)", metallb::version())
+            }
             System::FerroLb => "FerroLB".into(),
         }
     }
 
     fn namespace(self) -> &'static str {
         match self {
-            System::MetalLb => metallb::NAMESPACE,
+            System::MetalLb | System::MetalLbFrrK8s => metallb::NAMESPACE,
             System::FerroLb => FERROLB_NS,
         }
     }
@@ -93,7 +126,7 @@ impl System {
     /// The same two pools in each system's own kinds.
     fn config(self) -> Vec<Value> {
         let (api, ns) = match self {
-            System::MetalLb => ("metallb.io/v1beta1", metallb::NAMESPACE),
+            System::MetalLb | System::MetalLbFrrK8s => ("metallb.io/v1beta1", metallb::NAMESPACE),
             System::FerroLb => ("ferrolb.io/v1beta1", FERROLB_NS),
         };
         vec![
@@ -116,7 +149,7 @@ enum Controller {
 impl Controller {
     fn start(system: System, kube: &RealKube) -> Self {
         match system {
-            System::MetalLb => Controller::MetalLb(
+            System::MetalLb | System::MetalLbFrrK8s => Controller::MetalLb(
                 metallb::Process::controller(kube.kubeconfig(), "none")
                     .expect("MetalLB's controller starts"),
             ),
@@ -184,7 +217,7 @@ impl Cluster {
         .expect("the real control plane starts");
         let client = kube.client().expect("a client");
         let crds = match system {
-            System::MetalLb => metallb::crd_dir(),
+            System::MetalLb | System::MetalLbFrrK8s => metallb::crd_dir(),
             System::FerroLb => ferrolb_api::crd::chart_crd_dir(),
         };
         realkube::install_crds(&client, &[crds])
@@ -193,7 +226,7 @@ impl Cluster {
         realkube::create_namespaces(&client, &[system.namespace(), APPS])
             .await
             .expect("namespaces");
-        if system == System::MetalLb {
+        if system != System::FerroLb {
             metallb::create_pods(
                 &client,
                 &[(
@@ -450,9 +483,12 @@ fn max(v: &[Duration]) -> Duration {
     v.iter().max().copied().unwrap_or_default()
 }
 
-fn row(what: &str, m: String, f: String, ratio: Option<f64>) {
-    let ratio = ratio.map_or("-".into(), |r| format!("{r:.2}"));
-    println!("| {what} | {m} | {f} | {ratio} |");
+/// One table row: the three systems' cells (MetalLB native, MetalLB frr-k8s, FerroLB) and the
+/// two ratios to FerroLB.
+fn row(what: &str, cells: [String; 3], ratios: [Option<f64>; 2]) {
+    let [m, k, f] = cells;
+    let [rm, rk] = ratios.map(|r| r.map_or("-".into(), |r| format!("{r:.2}")));
+    println!("| {what} | {m} | {k} | {f} | {rm} | {rk} |");
 }
 
 fn secs(d: Duration) -> String {
@@ -493,7 +529,6 @@ async fn main() {
         only.is_empty() || only == "controller",
         only != "controller",
     );
-    let routes_only = only == "routes";
     let route_counts: Vec<usize> = std::env::var("FERROLB_BENCH_ROUTES")
         .unwrap_or_else(|_| "1000,10000".into())
         .split(',')
@@ -513,204 +548,260 @@ async fn main() {
         v6_pool(system, v6_count, &mut figures[i]).await;
     }
     let lab_missing = lab::missing();
-    let mut lab_figures = Vec::new();
+    let mut lab_figures: [Option<lab::LabFigures>; 3] = [None, None, None];
     if !labs {
     } else if let Some(why) = &lab_missing {
         eprintln!("side_by_side: the lab scenarios need {why}; they are left out");
     } else {
         let systems = std::env::var("FERROLB_BENCH_SYSTEMS").unwrap_or_default();
-        for system in [System::MetalLb, System::FerroLb].into_iter().filter(|s| {
-            systems.is_empty()
-                || systems
-                    .split(',')
-                    .any(|n| s.name().to_lowercase().starts_with(n.trim()))
-        }) {
+        for (i, system) in System::LAB
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| systems.is_empty() || systems.split(',').any(|n| n.trim() == s.key()))
+        {
+            if system == System::MetalLbFrrK8s
+                && let Some(why) = lab::frrk8s_missing()
+            {
+                // Asked for by name, or required: a missing part fails; else the column is `-`.
+                assert!(
+                    !ferrolb_tests::skip::required() && systems.is_empty(),
+                    "side_by_side: {} needs {why}",
+                    system.name()
+                );
+                eprintln!(
+                    "side_by_side: {} needs {why}; its column is left out",
+                    system.name()
+                );
+                continue;
+            }
+            let parts = lab::Parts::from_only(&only);
             eprintln!(
-                "{}: the lab ({}routes {route_counts:?})",
+                "{}: the lab ({})",
                 system.name(),
-                if routes_only {
-                    String::new()
-                } else {
-                    format!("failovers x{repeat}, rolling restart, ")
-                }
+                parts.describe(repeat, &route_counts)
             );
             // The lab runs its own runtime: on a thread of its own, outside this one's.
             let lab_system = system.lab();
             let counts = route_counts.clone();
-            let figures =
-                std::thread::spawn(move || lab::run(lab_system, repeat, routes_only, &counts))
-                    .join()
-                    .expect("the lab scenarios ran");
-            lab_figures.push(figures);
+            let figures = std::thread::spawn(move || lab::run(lab_system, repeat, parts, &counts))
+                .join()
+                .expect("the lab scenarios ran");
+            lab_figures[i] = Some(figures);
         }
     }
     println!();
+    // The commit beside the table too: the run's log on stderr can put much between them.
+    println!("figures from {}", ferrolb_tests::provenance::line());
     println!(
-        "| scenario | {} | {} | MetalLB / FerroLB |",
+        "| scenario | {} (native BGP, no BFD) | {} | {} | MetalLB / FerroLB | MetalLB frr-k8s / FerroLB |",
         System::MetalLb.name(),
+        System::MetalLbFrrK8s.name(),
         System::FerroLb.name()
     );
-    println!("| --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     if controllers {
         controller_rows(&figures, repeat, v6_count);
     }
-    if let [m, f] = lab_figures.as_slice() {
-        lab_rows(m, f, repeat, routes_only);
+    if lab_figures.iter().any(Option::is_some) {
+        let parts = lab::Parts::from_only(&only);
+        lab_rows(&lab_figures, repeat, parts);
     }
 }
 
 fn controller_rows(figures: &[Figures; 2], repeat: usize, v6_count: usize) {
     let [m, f] = figures;
-    row(
+    // MetalLB's controller is the same in both BGP modes: one column measured.
+    let same = || "(as native)".to_string();
+    let timed = |what: &str, a: Duration, b: Duration| {
+        row(what, [secs(a), same(), secs(b)], [ratio(a, b), None]);
+    };
+    timed(
         &format!("assign 1,000 Services, median of {repeat}"),
-        secs(median(&m.assign_1000)),
-        secs(median(&f.assign_1000)),
-        ratio(median(&m.assign_1000), median(&f.assign_1000)),
+        median(&m.assign_1000),
+        median(&f.assign_1000),
     );
-    row(
+    timed(
         &format!("assign 1,000 Services, slowest of {repeat}"),
-        secs(max(&m.assign_1000)),
-        secs(max(&f.assign_1000)),
-        ratio(max(&m.assign_1000), max(&f.assign_1000)),
+        max(&m.assign_1000),
+        max(&f.assign_1000),
     );
     row(
         "5 restarts under churn: addresses changed",
-        format!("{} of {}", m.restart_changed, m.restart_survivors),
-        format!("{} of {}", f.restart_changed, f.restart_survivors),
-        None,
+        [
+            format!("{} of {}", m.restart_changed, m.restart_survivors),
+            same(),
+            format!("{} of {}", f.restart_changed, f.restart_survivors),
+        ],
+        [None, None],
     );
-    row(
+    timed(
         "restart to every Service assigned, median of 5",
-        secs(median(&m.restart_catch_up)),
-        secs(median(&f.restart_catch_up)),
-        ratio(median(&m.restart_catch_up), median(&f.restart_catch_up)),
+        median(&m.restart_catch_up),
+        median(&f.restart_catch_up),
     );
-    row(
+    timed(
         &format!("IPv6 /64: assign {v6_count} Services"),
-        secs(m.v6_assign),
-        secs(f.v6_assign),
-        ratio(m.v6_assign, f.v6_assign),
+        m.v6_assign,
+        f.v6_assign,
     );
-    row(
+    timed(
         &format!("IPv6 /64: controller CPU for {v6_count}"),
-        secs(m.v6_cpu),
-        secs(f.v6_cpu),
-        ratio(m.v6_cpu, f.v6_cpu),
+        m.v6_cpu,
+        f.v6_cpu,
     );
     let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
     let kratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
     row(
         "IPv6 /64: controller peak RSS",
-        mib(m.v6_peak_kib),
-        mib(f.v6_peak_kib),
-        kratio(m.v6_peak_kib, f.v6_peak_kib),
+        [mib(m.v6_peak_kib), same(), mib(f.v6_peak_kib)],
+        [kratio(m.v6_peak_kib, f.v6_peak_kib), None],
     );
     row(
         "IPv6 /64: controller RSS settled",
-        mib(m.v6_rss_kib),
-        mib(f.v6_rss_kib),
-        kratio(m.v6_rss_kib, f.v6_rss_kib),
+        [mib(m.v6_rss_kib), same(), mib(f.v6_rss_kib)],
+        [kratio(m.v6_rss_kib, f.v6_rss_kib), None],
     );
     row(
         "IPv6 /64: controller idle CPU (schedstat, ns)",
-        format!("{:.2} %", m.v6_idle_cpu),
-        format!("{:.2} %", f.v6_idle_cpu),
-        None,
+        [
+            format!("{:.2} %", m.v6_idle_cpu),
+            same(),
+            format!("{:.2} %", f.v6_idle_cpu),
+        ],
+        [None, None],
     );
 }
 
-fn lab_rows(m: &lab::LabFigures, f: &lab::LabFigures, repeat: usize, routes_only: bool) {
+/// The lab's rows, one cell per system (`-` for a system that did not run).
+fn lab_rows(figs: &[Option<lab::LabFigures>; 3], repeat: usize, parts: lab::Parts) {
+    let [m, k, f] = figs;
     let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
-    let kratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
-    let spread = |v: &[Duration]| format!("{} / {} ms", median(v).as_millis(), max(v).as_millis());
-    if !routes_only {
-        row(
-            &format!(
+    let spread = |v: &[Duration]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{} / {} ms", median(v).as_millis(), max(v).as_millis())
+        }
+    };
+    let cells = |cell: &dyn Fn(&lab::LabFigures) -> String| {
+        [m, k, f].map(|x| x.as_ref().map_or("-".to_string(), cell))
+    };
+    // MetalLB native / FerroLB and MetalLB frr-k8s / FerroLB, of `value`, where both ran.
+    let ratios = |value: &dyn Fn(&lab::LabFigures) -> Option<f64>| {
+        let of = |x: &Option<lab::LabFigures>| x.as_ref().and_then(value);
+        let over = |a: Option<f64>| match (a, of(f)) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        [over(of(m)), over(of(k))]
+    };
+    let med = |pick: fn(&lab::LabFigures) -> &Vec<Duration>| {
+        move |x: &lab::LabFigures| {
+            let v = pick(x);
+            (!v.is_empty()).then(|| median(v).as_secs_f64())
+        }
+    };
+    let timed = |what: String, pick: fn(&lab::LabFigures) -> &Vec<Duration>| {
+        row(&what, cells(&|x| spread(pick(x))), ratios(&med(pick)));
+    };
+    if parts.kill {
+        timed(
+            format!(
                 "L2: owner's speaker SIGKILLed -> client answered by another node, median / max of {repeat}"
             ),
-            spread(&m.kill_moved),
-            spread(&f.kill_moved),
-            ratio(median(&m.kill_moved), median(&f.kill_moved)),
+            |x| &x.kill_moved,
         );
-        row(
-            &format!(
+        timed(
+            format!(
                 "L2: owner's speaker SIGKILLed -> new owner's first gratuitous ARP, median / max of {repeat}"
             ),
-            spread(&m.kill_garp),
-            spread(&f.kill_garp),
-            ratio(median(&m.kill_garp), median(&f.kill_garp)),
+            |x| &x.kill_garp,
         );
-        row(
-            &format!(
+    }
+    if parts.cut {
+        timed(
+            format!(
                 "L2: owner's node cut off -> new owner's first gratuitous ARP, median / max of {repeat}"
             ),
-            spread(&m.cut_garp),
-            spread(&f.cut_garp),
-            ratio(median(&m.cut_garp), median(&f.cut_garp)),
+            |x| &x.cut_garp,
         );
-        row(
-            &format!(
+        timed(
+            format!(
                 "L2: owner's node cut off -> client answered again (outage), median / max of {repeat}"
             ),
-            spread(&m.cut_outage),
-            spread(&f.cut_outage),
-            ratio(median(&m.cut_outage), median(&f.cut_outage)),
+            |x| &x.cut_outage,
         );
         row(
             "L2: requests unanswered in those outages (every 20 ms)",
-            m.cut_unanswered.to_string(),
-            f.cut_unanswered.to_string(),
-            None,
+            cells(&|x| x.cut_unanswered.to_string()),
+            [None, None],
         );
-        row(
-            &format!(
+        timed(
+            format!(
                 "BGP: node cut off -> router withdraws, median / max of {repeat} (MetalLB native: no BFD)"
             ),
-            spread(&m.cut_withdrawn),
-            spread(&f.cut_withdrawn),
-            ratio(median(&m.cut_withdrawn), median(&f.cut_withdrawn)),
+            |x| &x.cut_withdrawn,
         );
+    }
+    if parts.rolling {
         let rolled = |(n, t, r): (usize, usize, usize)| format!("{t} timed out, {r} reset of {n}");
         row(
             "rolling restart of 3 speakers: layer-2 requests lost",
-            rolled(m.rolling_l2),
-            rolled(f.rolling_l2),
-            None,
+            cells(&|x| rolled(x.rolling_l2)),
+            [None, None],
         );
         row(
-            "rolling restart of 3 speakers: BGP requests lost",
-            rolled(m.rolling_bgp),
-            rolled(f.rolling_bgp),
-            None,
+            "rolling restart of 3 speakers: BGP requests lost (MetalLB frr-k8s: FRR stays up)",
+            cells(&|x| rolled(x.rolling_bgp)),
+            [None, None],
         );
     }
-    for ((count, m_runs), (_, f_runs)) in m.routes.iter().zip(&f.routes) {
+    if !parts.routes {
+        return;
+    }
+    let counts: Vec<usize> = figs
+        .iter()
+        .flatten()
+        .flat_map(|x| x.routes.iter().map(|(c, _)| *c))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for count in counts {
+        let runs = move |x: &lab::LabFigures| -> Vec<Duration> {
+            x.routes
+                .iter()
+                .find(|(c, _)| *c == count)
+                .map(|(_, r)| r.clone())
+                .unwrap_or_default()
+        };
+        let n = figs
+            .iter()
+            .flatten()
+            .map(|x| runs(x).len())
+            .max()
+            .unwrap_or(0);
         row(
             &format!(
-                "BGP: speaker start -> {count} Service routes at BIRD, median / max of {}",
-                f_runs.len()
+                "BGP: speaker start -> {count} Service routes at BIRD, median / max of {n} \
+                 (MetalLB frr-k8s: its frr-k8s Pod restarted too)"
             ),
-            spread(m_runs),
-            spread(f_runs),
-            ratio(median(m_runs), median(f_runs)),
+            cells(&|x| spread(&runs(x))),
+            ratios(&|x| {
+                let r = runs(x);
+                (!r.is_empty()).then(|| median(&r).as_secs_f64())
+            }),
         );
     }
+    let services = |x: &lab::LabFigures| x.speaker_services.to_string();
+    let [sm, sk, sf] = cells(&services);
     row(
-        &format!(
-            "speaker RSS, {} / {} LoadBalancer Services",
-            m.speaker_services, f.speaker_services
-        ),
-        mib(m.speaker_rss_kib),
-        mib(f.speaker_rss_kib),
-        kratio(m.speaker_rss_kib, f.speaker_rss_kib),
+        &format!("speaker RSS, {sm} / {sk} / {sf} LoadBalancer Services (MetalLB's speaker alone)"),
+        cells(&|x| mib(x.speaker_rss_kib)),
+        ratios(&|x| (x.speaker_rss_kib > 0).then_some(x.speaker_rss_kib as f64)),
     );
     row(
-        &format!(
-            "speaker idle CPU (schedstat, ns), {} / {} LoadBalancer Services",
-            m.speaker_services, f.speaker_services
-        ),
-        format!("{:.2} %", m.speaker_idle_cpu),
-        format!("{:.2} %", f.speaker_idle_cpu),
-        None,
+        &format!("speaker idle CPU (schedstat, ns), {sm} / {sk} / {sf} LoadBalancer Services"),
+        cells(&|x| format!("{:.2} %", x.speaker_idle_cpu)),
+        [None, None],
     );
 }

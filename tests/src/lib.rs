@@ -13,11 +13,14 @@
 //! - [`process`]: memory and CPU time of a process, from `/proc`.
 //! - [`metallb`]: MetalLB's controller and speaker as processes, for the migration test and the
 //!   side-by-side bench.
+//! - [`frrk8s`]: frr-k8s and FRR per lab node, for MetalLB's frr-k8s mode in the side-by-side
+//!   bench.
 //! - [`provenance`]: the commit, build and machine a bench's figures come from.
 //! - [`skip`]: the one skip every suite uses, a failure under `FERROLB_REQUIRE_BINARIES=1`.
 
 pub mod apiserver;
 pub mod backend;
+pub mod frrk8s;
 pub mod lab;
 pub mod metallb;
 pub mod netns;

@@ -1,7 +1,9 @@
 //! The side-by-side scenarios that need the speakers: the lab (`ferrolb_tests::lab`: three nodes,
 //! a BIRD router, a client on the segment and one behind the router, a real kube-apiserver),
-//! once with FerroLB and once with MetalLB, each with its own CRDs and the lab's configuration
-//! in its own kinds (`manifests::for_metallb`).
+//! once with FerroLB, once with MetalLB in native BGP mode and once with MetalLB in frr-k8s mode
+//! (frr-k8s and FRR on every node, `ferrolb_tests::frrk8s`), each with its own CRDs and the
+//! lab's configuration in its own kinds (`manifests::for_metallb`, which drops BFD, and
+//! `manifests::for_metallb_frrk8s`, which keeps it).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -64,7 +66,7 @@ fn config(system: System, prefix: &str, dir: std::path::PathBuf) -> LabConfig {
             speaker: Some(release.join("ferrolb-speaker")),
             lab: env!("CARGO_BIN_EXE_ferrolb-lab").into(),
         },
-        System::MetalLb => Binaries {
+        System::MetalLb | System::MetalLbFrrK8s => Binaries {
             controller: ferrolb_tests::metallb::dir().join("controller"),
             speaker: Some(ferrolb_tests::metallb::dir().join("speaker")),
             lab: env!("CARGO_BIN_EXE_ferrolb-lab").into(),
@@ -90,9 +92,63 @@ pub fn missing() -> Option<String> {
     })
 }
 
-/// Runs every lab scenario for `system`, `repeat` times where timed; with `routes_only`, only
-/// the route-count scenario, for each count in `route_counts`.
-pub fn run(system: System, repeat: usize, routes_only: bool, route_counts: &[usize]) -> LabFigures {
+/// Which lab scenarios run.
+#[derive(Clone, Copy)]
+pub struct Parts {
+    /// The owner's speaker SIGKILLed.
+    pub kill: bool,
+    /// The owner's node cut off (layer 2 and the BGP withdrawal).
+    pub cut: bool,
+    /// The rolling restart of the three speakers.
+    pub rolling: bool,
+    /// The route-count scenario.
+    pub routes: bool,
+}
+
+impl Parts {
+    /// Every scenario.
+    pub const ALL: Parts = Parts {
+        kill: true,
+        cut: true,
+        rolling: true,
+        routes: true,
+    };
+
+    /// The parts `FERROLB_BENCH_ONLY` names: `lab` or empty (all), `routes`, `cut`, `rolling`,
+    /// `kill`, or a comma-separated list of the last four.
+    pub fn from_only(only: &str) -> Parts {
+        if only.is_empty() || only == "lab" {
+            return Parts::ALL;
+        }
+        let has = |p: &str| only.split(',').any(|o| o.trim() == p);
+        Parts {
+            kill: has("kill"),
+            cut: has("cut"),
+            rolling: has("rolling"),
+            routes: has("routes"),
+        }
+    }
+}
+
+impl Parts {
+    /// `speaker killed x3, node cut off x3, rolling restart, routes [1000]`: what runs.
+    pub fn describe(self, repeat: usize, route_counts: &[usize]) -> String {
+        [
+            (self.kill, format!("speaker killed x{repeat}")),
+            (self.cut, format!("node cut off x{repeat}")),
+            (self.rolling, "rolling restart".to_string()),
+            (self.routes, format!("routes {route_counts:?}")),
+        ]
+        .into_iter()
+        .filter_map(|(on, what)| on.then_some(what))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
+/// Runs the lab scenarios `parts` names for `system`, `repeat` times where timed; the
+/// route-count scenario for each count in `route_counts`.
+pub fn run(system: System, repeat: usize, parts: Parts, route_counts: &[usize]) -> LabFigures {
     let mut f = LabFigures::default();
     let prefix = ferrolb_tests::netns::unique_prefix("fbsbs");
     let dir = std::env::temp_dir().join(&prefix);
@@ -115,19 +171,20 @@ pub fn run(system: System, repeat: usize, routes_only: bool, route_counts: &[usi
     lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(60))
         .expect("the router routes web-bgp through every node");
 
-    if !routes_only {
-        failovers_and_rolling_restart(&mut lab, system, repeat, web_v4, bgp_v4, &mut f);
+    failovers_and_rolling_restart(&mut lab, system, repeat, parts, web_v4, bgp_v4, &mut f);
+    if parts.routes {
+        routes(&mut lab, system, repeat.min(5), route_counts, &mut f);
     }
-    routes(&mut lab, system, repeat.min(5), route_counts, &mut f);
     f
 }
 
 /// Scenarios 1 and 2: the owner's speaker SIGKILLed and the owner's node cut off, `repeat`
-/// times each, then the rolling restart of the three speakers.
+/// times each, then the rolling restart of the three speakers (those of them `parts` names).
 fn failovers_and_rolling_restart(
     lab: &mut Lab,
     system: System,
     repeat: usize,
+    parts: Parts,
     web_v4: IpAddr,
     bgp_v4: IpAddr,
     f: &mut LabFigures,
@@ -148,7 +205,12 @@ fn failovers_and_rolling_restart(
     for (fault, what) in [
         (Fault::SpeakerKilled, "owner's speaker killed"),
         (Fault::NodeCutOff, "owner's node cut off"),
-    ] {
+    ]
+    .into_iter()
+    .filter(|(fault, _)| match fault {
+        Fault::SpeakerKilled => parts.kill,
+        Fault::NodeCutOff => parts.cut,
+    }) {
         for run in 0..repeat {
             let r = report::failover_address(lab, "web", web_v4, fault, Duration::from_secs(60))
                 .expect("another node answers");
@@ -195,13 +257,30 @@ fn failovers_and_rolling_restart(
             }
             report::restore(lab, &r).expect("the fault is undone");
             // A session that ended by its hold time puts BIRD in its error wait (60 s at
-            // first) before it takes the node's session again.
-            lab.wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(180))
-                .expect("every node routed through again");
+            // first) before it takes the node's session again. A speaker (or frr-k8s) that
+            // exited, finding the API server unreachable just after the node came back, is
+            // started again after 10 s, the kubelet's first back-off.
+            let back = Instant::now() + Duration::from_secs(180);
+            while lab
+                .wait_for_route(bgp_v4, &[0, 1, 2], Duration::from_secs(10))
+                .is_err()
+            {
+                assert!(Instant::now() < back, "every node routed through again");
+                let restarted = lab.restart_exited().expect("an exited speaker restarts");
+                for i in restarted {
+                    eprintln!(
+                        "    {}'s speaker had exited after the node came back: started again",
+                        NODE_NAMES[i]
+                    );
+                }
+            }
         }
     }
 
     tcpdump.kill();
+    if !parts.rolling {
+        return;
+    }
     let (l2, bgp) = rolling_restart(lab, web_v4, bgp_v4);
     f.rolling_l2 = l2;
     f.rolling_bgp = bgp;
@@ -236,6 +315,7 @@ fn system_name(system: System) -> &'static str {
     match system {
         System::FerroLb => "FerroLB",
         System::MetalLb => "MetalLB",
+        System::MetalLbFrrK8s => "MetalLB (frr-k8s)",
     }
 }
 
@@ -284,12 +364,15 @@ fn rolling_restart(
 /// Services from their own pool, announced over BGP, each with a ready endpoint on every node,
 /// created up to each count of `counts` in turn (1,000, then 10,000): at each count node-a's
 /// speaker is killed and started `repeat` times, and the time from its start to the router
-/// routing all of them through node-a again is measured. Then, at the last count, node-a's
+/// routing all of them through node-a again is measured (MetalLB in frr-k8s mode: the speaker
+/// and node-a's frr-k8s Pod, from the start of the latter). Then, at the last count, node-a's
 /// speaker's RSS, and its CPU over 30 s with nothing changing (from 20 s after its start).
 fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mut LabFigures) {
     let (api, ns) = match system {
         System::FerroLb => ("ferrolb.io/v1beta1", ferrolb_tests::lab::INSTALL_NS),
-        System::MetalLb => ("metallb.io/v1beta1", ferrolb_tests::metallb::NAMESPACE),
+        System::MetalLb | System::MetalLbFrrK8s => {
+            ("metallb.io/v1beta1", ferrolb_tests::metallb::NAMESPACE)
+        }
     };
     let config = vec![
         json!({"apiVersion": api, "kind": "IPAddressPool",
@@ -325,14 +408,25 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
     for &count in counts {
         create_route_services(lab, created..count);
         created = count;
-        // The controller assigns them all first: up to 2 minutes per 1,000 Services.
-        let patience = Duration::from_secs(120 * (count as u64).div_ceil(1000));
+        // The controller assigns them all first: up to 2 minutes per 1,000 Services. In
+        // frr-k8s mode every change reaches FRR through frr-reload.py, which took 40-55 s per
+        // reload with 1,000 Services on the bench's 2-core machine (three nodes reloading at
+        // once): 10 minutes per 1,000 there.
+        let per_1000 = if system == System::MetalLbFrrK8s {
+            600
+        } else {
+            120
+        };
+        let patience = Duration::from_secs(per_1000 * (count as u64).div_ceil(1000));
         let what = format!("{count} routes through node-a");
         lab.wait(patience, &what, || (through_a(lab) == count).then_some(()))
             .unwrap_or_else(|_| panic!("the router routes all {count} Services through node-a"));
         let mut runs = Vec::new();
         for run in 0..repeat {
             lab.kill_speaker(0);
+            // In frr-k8s mode the routes are FRR's, which outlives MetalLB's speaker: node-a's
+            // frr-k8s Pod goes too, and the timed start is of both (frr-k8s first).
+            lab.kill_frr(0);
             lab.wait(
                 Duration::from_secs(120),
                 "node-a's routes withdrawn",
@@ -340,6 +434,7 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
             )
             .expect("the router withdraws a killed speaker's routes");
             let start = Instant::now();
+            lab.start_frr(0).expect("frr-k8s starts");
             lab.start_speaker(0).expect("the speaker starts");
             lab.wait(Duration::from_secs(600), &what, || {
                 (through_a(lab) == count).then_some(())
@@ -449,4 +544,15 @@ where
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// Why MetalLB in frr-k8s mode cannot run here (`scripts/frrk8s` not run, or FRR's tools
+/// missing); `None` when it can.
+pub fn frrk8s_missing() -> Option<String> {
+    if let Some(p) = ferrolb_tests::frrk8s::missing() {
+        return Some(format!("{} (run scripts/frrk8s)", p.display()));
+    }
+    ferrolb_tests::netns::require_tools(ferrolb_tests::frrk8s::TOOLS)
+        .err()
+        .map(|e| e.to_string())
 }

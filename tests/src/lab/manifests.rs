@@ -181,7 +181,20 @@ pub fn metallb_speaker_pod(node: &str) -> String {
 /// - The gossip Secret goes: MetalLB's speakers read their memberlist key from a file.
 /// - Services' `ferrolb.io/` annotations take MetalLB's `metallb.io/` spelling (`ip-mode` has
 ///   no MetalLB equivalent and goes).
-pub fn for_metallb(mut doc: Value) -> Vec<Value> {
+pub fn for_metallb(doc: Value) -> Vec<Value> {
+    metallb_doc(doc, false)
+}
+
+/// [`for_metallb`] for MetalLB in frr-k8s mode, which takes BFD: the `BFDProfile` stays (as
+/// MetalLB's `BFDProfile`, the same three fields: 300 ms transmit and receive, multiplier 3) and
+/// the `BGPPeer` keeps `bfdProfile`, `keepaliveTime` and `connectTime`. The BGP pool still keeps
+/// its IPv4 ranges only, as under native mode (IPv6 prefixes over the IPv4 session would need
+/// MetalLB's `dualStackAddressFamily`), so both MetalLB columns announce the same routes.
+pub fn for_metallb_frrk8s(doc: Value) -> Vec<Value> {
+    metallb_doc(doc, true)
+}
+
+fn metallb_doc(mut doc: Value, keep_bfd: bool) -> Vec<Value> {
     use crate::metallb::{CONTROLLER_POD, NAMESPACE};
     const OURS: &str = super::INSTALL_NS;
     let kind = doc["kind"].as_str().unwrap_or_default().to_string();
@@ -215,10 +228,10 @@ pub fn for_metallb(mut doc: Value) -> Vec<Value> {
                 .collect();
             doc["metadata"]["labels"] = labels.into();
         }
-        ("ferrolb.io/v1beta1", "BFDProfile") => return vec![],
+        ("ferrolb.io/v1beta1", "BFDProfile") if !keep_bfd => return vec![],
         ("ferrolb.io/v1beta1", "BGPPeer") => {
             doc["apiVersion"] = "metallb.io/v1beta2".into();
-            if let Some(spec) = doc["spec"].as_object_mut() {
+            if let Some(spec) = doc["spec"].as_object_mut().filter(|_| !keep_bfd) {
                 for refused in ["bfdProfile", "keepaliveTime", "connectTime"] {
                     spec.remove(refused);
                 }
@@ -252,4 +265,64 @@ pub fn for_metallb(mut doc: Value) -> Vec<Value> {
         _ => {}
     }
     vec![doc]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn peer() -> Value {
+        json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "BGPPeer",
+               "metadata": {"name": "lab-router", "namespace": "ferrolb-system"},
+               "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "10.99.0.1",
+                        "holdTime": "9s", "keepaliveTime": "3s", "connectTime": "2s",
+                        "bfdProfile": "lab-bfd"}})
+    }
+
+    fn bfd() -> Value {
+        json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "BFDProfile",
+               "metadata": {"name": "lab-bfd", "namespace": "ferrolb-system"},
+               "spec": {"receiveInterval": 300, "transmitInterval": 300, "detectMultiplier": 3}})
+    }
+
+    #[test]
+    fn native_mode_drops_bfd_and_the_timers_it_refuses() {
+        assert!(for_metallb(bfd()).is_empty());
+        let [p] = for_metallb(peer()).try_into().unwrap();
+        assert_eq!(p["apiVersion"], "metallb.io/v1beta2");
+        assert_eq!(p["metadata"]["namespace"], "metallb-system");
+        for refused in ["bfdProfile", "keepaliveTime", "connectTime"] {
+            assert!(p["spec"].get(refused).is_none(), "{refused} kept");
+        }
+        assert_eq!(p["spec"]["holdTime"], "9s");
+    }
+
+    #[test]
+    fn frrk8s_mode_keeps_the_bfd_profile_and_the_peer_refers_to_it() {
+        let [b] = for_metallb_frrk8s(bfd()).try_into().unwrap();
+        assert_eq!(b["apiVersion"], "metallb.io/v1beta1");
+        assert_eq!(b["kind"], "BFDProfile");
+        assert_eq!(b["metadata"]["namespace"], "metallb-system");
+        assert_eq!(
+            b["spec"],
+            json!({"receiveInterval": 300, "transmitInterval": 300, "detectMultiplier": 3})
+        );
+        let [p] = for_metallb_frrk8s(peer()).try_into().unwrap();
+        assert_eq!(p["apiVersion"], "metallb.io/v1beta2");
+        assert_eq!(p["spec"]["bfdProfile"], "lab-bfd");
+        assert_eq!(p["spec"]["keepaliveTime"], "3s");
+        assert_eq!(p["spec"]["connectTime"], "2s");
+    }
+
+    #[test]
+    fn both_modes_keep_only_the_ipv4_ranges_of_the_bgp_pool() {
+        let pool = json!({"apiVersion": "ferrolb.io/v1beta1", "kind": "IPAddressPool",
+                          "metadata": {"name": METALLB_BGP_POOL, "namespace": "ferrolb-system"},
+                          "spec": {"addresses": ["10.99.2.0/28", "fd00:99:2::/124"]}});
+        for convert in [for_metallb, for_metallb_frrk8s] {
+            let [p] = convert(pool.clone()).try_into().unwrap();
+            assert_eq!(p["spec"]["addresses"], json!(["10.99.2.0/28"]));
+        }
+    }
 }

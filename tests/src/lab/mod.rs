@@ -99,6 +99,17 @@ pub enum System {
     FerroLb,
     /// MetalLB's `controller` and `speaker` (native BGP mode and layer 2).
     MetalLb,
+    /// MetalLB's `controller` and `speaker` in frr-k8s mode (`METALLB_BGP_TYPE=frr-k8s`, the
+    /// default of MetalLB's chart), with frr-k8s and FRR on every node ([`crate::frrk8s`]) and
+    /// the lab's BFD profile kept (see [`manifests::for_metallb_frrk8s`]).
+    MetalLbFrrK8s,
+}
+
+impl System {
+    /// Whether this is MetalLB, in either BGP mode.
+    pub fn is_metallb(self) -> bool {
+        matches!(self, System::MetalLb | System::MetalLbFrrK8s)
+    }
 }
 
 /// The binaries the lab runs.
@@ -186,6 +197,8 @@ pub struct ServiceView {
 /// A running lab. Dropping it stops every process and removes every namespace.
 pub struct Lab {
     speakers: Vec<Option<Process>>,
+    /// Per node, frr-k8s and FRR (MetalLB in frr-k8s mode only).
+    frr: Vec<Option<crate::frrk8s::NodeFrr>>,
     controller: Option<Process>,
     standins: Vec<Process>,
     /// The router daemons.
@@ -206,6 +219,9 @@ impl Lab {
     pub fn start(config: LabConfig) -> Result<Self> {
         netns::require_root()?;
         netns::require_tools(&required_tools(config.router))?;
+        if config.system == System::MetalLbFrrK8s {
+            netns::require_tools(crate::frrk8s::TOOLS)?;
+        }
         let _ = std::fs::remove_dir_all(&config.dir);
         std::fs::create_dir_all(&config.dir).map_err(|source| LabError::Io {
             context: format!("creating {}", config.dir.display()),
@@ -215,10 +231,14 @@ impl Lab {
         let router = Router::start(config.router, &topo.router, &config.dir)?;
         let rt = netns::runtime_in(topo.switch.name())?;
         let (crds, kind) = match config.system {
-            System::FerroLb => (config.crds.clone(), config.apiserver),
+            System::FerroLb => (vec![config.crds.clone()], config.apiserver),
             // MetalLB's controller is built on controller-runtime and is run here only against
             // the server it is built for.
-            System::MetalLb => (crate::metallb::crd_dir(), BackendKind::Real),
+            System::MetalLb => (vec![crate::metallb::crd_dir()], BackendKind::Real),
+            System::MetalLbFrrK8s => (
+                vec![crate::metallb::crd_dir(), crate::frrk8s::crd_dir()],
+                BackendKind::Real,
+            ),
         };
         let switch = topo.switch.name().to_owned();
         let api_dir = config.dir.join("kube");
@@ -226,7 +246,7 @@ impl Lab {
             .block_on(rt.spawn(async move {
                 Backend::start_kind(
                     kind,
-                    &[crds],
+                    &crds,
                     |mut c| {
                         c.listen = SocketAddr::new(API_V4.into(), API_PORT);
                         // A dual-stack cluster, so Services can ask for an IPv6 address too.
@@ -260,6 +280,7 @@ impl Lab {
             })?;
         let mut lab = Self {
             speakers: NODE_NAMES.iter().map(|_| None).collect(),
+            frr: NODE_NAMES.iter().map(|_| None).collect(),
             controller: None,
             standins: Vec::new(),
             router,
@@ -276,7 +297,7 @@ impl Lab {
             System::FerroLb => {
                 lab.block(async move { manifests::apply(&client, &files).await })?;
             }
-            System::MetalLb => {
+            System::MetalLb | System::MetalLbFrrK8s => {
                 let key_dir = lab.config.dir.join("memberlist");
                 std::fs::create_dir_all(&key_dir)
                     .and_then(|()| std::fs::write(key_dir.join("secretkey"), METALLB_ML_KEY))
@@ -284,15 +305,18 @@ impl Lab {
                         context: "writing MetalLB's memberlist key".into(),
                         source,
                     })?;
-                lab.block(async move {
-                    manifests::apply_with(&client, &files, manifests::for_metallb).await
-                })?;
+                let convert = match lab.config.system {
+                    System::MetalLbFrrK8s => manifests::for_metallb_frrk8s,
+                    _ => manifests::for_metallb,
+                };
+                lab.block(async move { manifests::apply_with(&client, &files, convert).await })?;
             }
         }
         lab.start_standins()?;
         lab.start_controller()?;
         if lab.config.binaries.speaker.is_some() {
             for i in 0..NODE_NAMES.len() {
+                lab.start_frr(i)?;
                 lab.start_speaker(i)?;
             }
         }
@@ -372,7 +396,7 @@ impl Lab {
         let log = self.config.dir.join("controller.log");
         let kc = self.kubeconfig.display().to_string();
         let bin = self.config.binaries.controller.display().to_string();
-        if self.config.system == System::MetalLb {
+        if self.config.system.is_metallb() {
             let p = self.topo.switch.spawn(
                 &[
                     bin.as_str(),
@@ -428,7 +452,7 @@ impl Lab {
         let name = NODE_NAMES[i];
         let log = self.config.dir.join(format!("speaker-{name}.log"));
         let kc = self.kubeconfig.display().to_string();
-        if self.config.system == System::MetalLb {
+        if self.config.system.is_metallb() {
             let key_dir = self.config.dir.join("memberlist");
             let mut args: Vec<String> = vec![
                 bin.display().to_string(),
@@ -442,6 +466,15 @@ impl Lab {
                 "--port=0".into(),
                 "--log-level=info".into(),
             ];
+            if self.config.system == System::MetalLbFrrK8s {
+                // MetalLB's chart sets METALLB_BGP_TYPE in the speaker's environment; `env`
+                // does here, with frr-k8s in MetalLB's namespace as the chart installs it.
+                args.splice(
+                    0..0,
+                    ["env".to_string(), "METALLB_BGP_TYPE=frr-k8s".to_string()],
+                );
+                args.push(format!("--frrk8s-namespace={}", crate::metallb::NAMESPACE));
+            }
             args.extend(self.config.speaker_args.iter().cloned());
             let p = self.topo.node(i).spawn(&args, &log)?;
             self.speakers[i] = Some(p);
@@ -464,6 +497,55 @@ impl Lab {
         let p = self.topo.node(i).spawn(&args, &log)?;
         self.speakers[i] = Some(p);
         Ok(())
+    }
+
+    /// Starts (or restarts) node `i`'s frr-k8s Pod ([`crate::frrk8s::NodeFrr`]: FRR, the
+    /// reloader and frr-k8s) when the lab runs MetalLB in frr-k8s mode; does nothing otherwise.
+    pub fn start_frr(&mut self, i: usize) -> Result<()> {
+        if self.config.system != System::MetalLbFrrK8s {
+            return Ok(());
+        }
+        if let Some(mut old) = self.frr[i].take() {
+            old.kill();
+        }
+        let name = NODE_NAMES[i];
+        let dir = self.config.dir.join(format!("frr-k8s-{name}"));
+        let node = crate::frrk8s::NodeFrr::start(
+            self.topo.node(i),
+            name,
+            &dir,
+            &self.kubeconfig,
+            crate::metallb::NAMESPACE,
+        )?;
+        self.frr[i] = Some(node);
+        Ok(())
+    }
+
+    /// Starts again, as the kubelet restarts a container that exited, every speaker (and
+    /// frr-k8s Pod) that was started and has exited since: MetalLB's speaker and frr-k8s exit
+    /// when the API server is unreachable at their start, as it can be for a moment after a
+    /// node is plugged back in. Returns the nodes restarted.
+    pub fn restart_exited(&mut self) -> Result<Vec<usize>> {
+        let mut restarted = Vec::new();
+        for i in 0..NODE_NAMES.len() {
+            if self.frr[i].as_mut().is_some_and(|n| n.exited()) {
+                self.start_frr(i)?;
+                restarted.push(i);
+            }
+            if self.speakers[i].as_mut().is_some_and(|p| !p.alive()) {
+                self.start_speaker(i)?;
+                restarted.push(i);
+            }
+        }
+        restarted.dedup();
+        Ok(restarted)
+    }
+
+    /// Kills node `i`'s frr-k8s Pod (SIGKILL to every process), when one runs.
+    pub fn kill_frr(&mut self, i: usize) {
+        if let Some(mut node) = self.frr[i].take() {
+            node.kill();
+        }
     }
 
     /// Makes the API server unreachable from node `i` (`false`) or reachable again (`true`):
@@ -563,7 +645,7 @@ impl Lab {
     /// objects.
     pub fn l2_owners(&self) -> Result<BTreeMap<IpAddr, Vec<String>>> {
         let client = self.client();
-        if self.config.system == System::MetalLb {
+        if self.config.system.is_metallb() {
             return self.block(metallb_l2_owners(client));
         }
         self.block(async move {
@@ -590,7 +672,7 @@ impl Lab {
     /// `(service, node, peers)` from the speakers' `ServiceBGPStatus` objects.
     /// (MetalLB's lab: none, its `ServiceBGPStatus` is not read.)
     pub fn bgp_announcers(&self) -> Result<Vec<(String, String, Vec<String>)>> {
-        if self.config.system == System::MetalLb {
+        if self.config.system.is_metallb() {
             return Ok(Vec::new());
         }
         let client = self.client();
@@ -727,6 +809,9 @@ impl Drop for Lab {
     fn drop(&mut self) {
         for p in self.speakers.iter_mut().flatten() {
             p.kill();
+        }
+        for node in self.frr.iter_mut().flatten() {
+            node.kill();
         }
         self.kill_controller();
         self.standins.clear();

@@ -164,7 +164,8 @@ pub fn failover_address(
 }
 
 /// Undoes the fault of a [`failover`]: restarts the speaker, or plugs the node back in and
-/// restarts its speaker, as a node that lost power comes back with a fresh one. (A speaker that
+/// restarts its speaker (and its frr-k8s Pod, in a lab of MetalLB in frr-k8s mode), as a node
+/// that lost power comes back with a fresh one. (A speaker that
 /// lived through the partition keeps believing it owned the address all along and sends no new
 /// gratuitous ARP, so a client would stay with the interim owner's MAC.)
 pub fn restore(lab: &mut Lab, f: &Failover) -> Result<()> {
@@ -173,7 +174,11 @@ pub fn restore(lab: &mut Lab, f: &Failover) -> Result<()> {
         Fault::SpeakerKilled => lab.start_speaker(index),
         Fault::NodeCutOff => {
             lab.kill_speaker(index);
+            // MetalLB in frr-k8s mode: the node's frr-k8s Pod (FRR included) comes back fresh
+            // too.
+            lab.kill_frr(index);
             lab.topo.set_node_link(index, true)?;
+            lab.start_frr(index)?;
             lab.start_speaker(index)
         }
     }
