@@ -322,6 +322,9 @@ fn system_name(system: System) -> &'static str {
 /// `(requests, timed out, reset)`.
 fn tally(r: &Requests) -> (usize, usize, usize) {
     let lost = r.lost();
+    for (at, why) in &lost {
+        eprintln!("    lost: the request sent {at:?} after the client started: {why:?}");
+    }
     let resets = lost
         .iter()
         .filter(|(_, why)| matches!(why, Err(NoAnswer::Refused(_) | NoAnswer::Reset(_))))
@@ -345,6 +348,7 @@ fn rolling_restart(
     let segment = lab.ask_from_client_every(l2, every, give_up, stop.clone());
     let remote = lab.ask_from_remote_every(bgp, every, give_up, stop.clone());
     std::thread::sleep(Duration::from_secs(1));
+    eprintln!("    the first SIGTERM: 1 s after the clients started");
     for (i, name) in NODE_NAMES.iter().enumerate() {
         assert!(
             lab.stop_speaker(i, Duration::from_secs(30)),
