@@ -51,21 +51,12 @@ pub fn crd_dir() -> PathBuf {
 /// Whether `scripts/frrk8s` has built the daemon, copied the CRDs and the reloader; the missing
 /// part otherwise.
 pub fn missing() -> Option<PathBuf> {
-    let d = dir();
-    [
-        d.join("frr-k8s-controller"),
-        d.join("crds"),
-        d.join("frr-reloader.sh"),
-    ]
-    .into_iter()
-    .find(|p| !p.exists())
+    crate::first_missing(&dir(), &["frr-k8s-controller", "crds", "frr-reloader.sh"])
 }
 
 /// The frr-k8s version `scripts/frrk8s` built (its `VERSION` file).
 pub fn version() -> String {
-    std::fs::read_to_string(dir().join("VERSION"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
+    crate::built_version(&dir())
 }
 
 /// Binds the three node directories (the arguments after the script's name) onto
@@ -156,11 +147,7 @@ impl NodeFrr {
             ],
             "zebra.log",
         )?);
-        let zsock = dirs[1].join("zserv.api");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !zsock.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_file(&dirs[1].join("zserv.api"));
         for daemon in ["bfdd", "bgpd"] {
             let bin = format!("/usr/lib/frr/{daemon}");
             processes.push(spawn(
@@ -173,11 +160,7 @@ impl NodeFrr {
             &["bash", &reloader.display().to_string()],
             "reloader.log",
         )?);
-        let pid_file = dirs[2].join("reloader.pid");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !pid_file.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_file(&dirs[2].join("reloader.pid"));
         let daemon = self::dir().join("frr-k8s-controller");
         processes.push(spawn(
             &[
@@ -216,5 +199,14 @@ impl NodeFrr {
 impl Drop for NodeFrr {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Waits up to 10 s for `path` to appear (a daemon's socket or pid file: what the next
+/// process needs); a daemon that never makes it shows in its log and the lab's timeouts.
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

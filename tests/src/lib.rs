@@ -44,3 +44,16 @@ pub fn built_dir(env_var: &str, name: &str) -> PathBuf {
         .join("target")
         .join(name)
 }
+
+/// The first of `parts` (paths below `dir`) that a build script has not made yet, if any: what
+/// a suite or bench names when it cannot run (`scripts/metallb`, `scripts/frrk8s`).
+pub fn first_missing(dir: &Path, parts: &[&str]) -> Option<PathBuf> {
+    parts.iter().map(|p| dir.join(p)).find(|p| !p.exists())
+}
+
+/// The version a build script wrote into `dir/VERSION`, or `unknown`.
+pub fn built_version(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("VERSION"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}

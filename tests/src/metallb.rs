@@ -25,17 +25,12 @@ pub fn crd_dir() -> PathBuf {
 /// Whether `scripts/metallb` has built the controller, the speaker and copied the CRDs; the
 /// missing part otherwise.
 pub fn missing() -> Option<PathBuf> {
-    let d = dir();
-    [d.join("controller"), d.join("speaker"), d.join("crds")]
-        .into_iter()
-        .find(|p| !p.exists())
+    crate::first_missing(&dir(), &["controller", "speaker", "crds"])
 }
 
 /// The MetalLB version `scripts/metallb` built (its `VERSION` file).
 pub fn version() -> String {
-    std::fs::read_to_string(dir().join("VERSION"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
+    crate::built_version(&dir())
 }
 
 /// The name of the controller's Pod object: MetalLB's controller reads its own Pod at start (for
