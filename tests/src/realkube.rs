@@ -40,6 +40,9 @@ pub const DIR_ENV: &str = "FERROLB_REALKUBE_DIR";
 /// The admin's bearer token in the token file (member of `system:masters`).
 const ADMIN_TOKEN: &str = "ferrolb-test-admin-token";
 
+/// How often etcd or kube-apiserver is started on other ports when its own were taken first.
+const PORT_ATTEMPTS: u32 = 5;
+
 /// The issuer and audience of ServiceAccount tokens, as on a kubeadm cluster.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
@@ -203,87 +206,103 @@ impl RealKube {
         )
         .map_err(io("writing tokens.csv".into()))?;
 
-        // Ports are taken inside the namespace the processes run in.
-        let (etcd_port, peer_port, api_port) = match &config.netns {
-            None => (free_port()?, free_port()?, pick(config.port)?),
-            Some(ns) => {
-                let ns = ns.clone();
-                let want = config.port;
-                crate::netns::in_namespace(&ns, move || -> Result<_> {
-                    Ok((free_port()?, free_port()?, pick(want)?))
-                })
-                .map_err(|e| RealKubeError::Io {
-                    context: "entering the namespace".into(),
-                    source: std::io::Error::other(e.to_string()),
-                })??
+        // A port found free can be taken by another lab before etcd binds it (many labs boot at
+        // once in CI), so a start that fails on "address already in use" is tried again on
+        // other ports, with a fresh data directory.
+        let mut attempt = 0;
+        let etcd_url = loop {
+            attempt += 1;
+            let [etcd_port, peer_port] = self.free_ports(config)?;
+            let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+            self.spawn(
+                config,
+                "etcd",
+                &[
+                    bin("etcd").into_os_string(),
+                    "--data-dir".into(),
+                    self.dir.join(format!("etcd-{attempt}")).into_os_string(),
+                    "--listen-client".into(),
+                    etcd_url.clone().into(),
+                    "--listen-peer".into(),
+                    format!("http://127.0.0.1:{peer_port}").into(),
+                ],
+            )?;
+            match self.wait_log("etcd", "etcd: ready", Duration::from_secs(60)) {
+                Ok(()) => break etcd_url,
+                Err(e) if attempt < PORT_ATTEMPTS && self.lost_port_race("etcd") => {
+                    tracing::warn!(attempt, error = %e, "etcd's port was taken; trying others");
+                }
+                Err(e) => return Err(e),
             }
         };
-        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        self.spawn(
-            config,
-            "etcd",
-            &[
-                bin("etcd").into_os_string(),
-                "--data-dir".into(),
-                self.dir.join("etcd").into_os_string(),
-                "--listen-client".into(),
-                etcd_url.clone().into(),
-                "--listen-peer".into(),
-                format!("http://127.0.0.1:{peer_port}").into(),
-            ],
-        )?;
-        self.wait_log("etcd", "etcd: ready", Duration::from_secs(60))?;
-
         let host = match config.address {
             IpAddr::V6(a) => format!("[{a}]"),
             IpAddr::V4(a) => a.to_string(),
         };
-        self.url = format!("https://{host}:{api_port}");
         let p = |f: &str| pki.join(f).into_os_string();
-        let mut args: Vec<std::ffi::OsString> = vec![bin("kube-apiserver").into_os_string()];
-        for (flag, value) in [
-            ("--etcd-servers", etcd_url.into()),
-            ("--bind-address", config.address.to_string().into()),
-            ("--advertise-address", config.address.to_string().into()),
-            ("--secure-port", api_port.to_string().into()),
-            ("--endpoint-reconciler-type", "none".into()),
-            ("--tls-cert-file", p("server.crt")),
-            ("--tls-private-key-file", p("server.key")),
-            ("--client-ca-file", p("ca.crt")),
-            ("--token-auth-file", tokens.clone().into_os_string()),
-            ("--anonymous-auth", "false".into()),
-            ("--authorization-mode", "RBAC".into()),
-            ("--service-account-key-file", p("sa.pub")),
-            ("--service-account-signing-key-file", p("sa.key")),
-            ("--service-account-issuer", ISSUER.into()),
-            ("--api-audiences", ISSUER.into()),
-            (
-                "--service-cluster-ip-range",
-                config.service_cidrs.clone().into(),
-            ),
-            ("--service-node-port-range", "30000-32767".into()),
-            ("--allow-privileged", "true".into()),
-            ("--profiling", "false".into()),
-            (
-                "--audit-policy-file",
-                self.dir.join("audit-policy.yaml").into_os_string(),
-            ),
-            (
-                "--audit-log-path",
-                self.dir.join("audit.log").into_os_string(),
-            ),
-            ("--audit-log-format", "json".into()),
-            ("--v", "0".into()),
-        ] {
-            let mut a = std::ffi::OsString::from(flag);
-            a.push("=");
-            a.push(value);
-            args.push(a);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let api_port = match config.port {
+                0 => self.free_ports::<1>(config)?[0],
+                fixed => fixed,
+            };
+            self.url = format!("https://{host}:{api_port}");
+            let mut args: Vec<std::ffi::OsString> = vec![bin("kube-apiserver").into_os_string()];
+            for (flag, value) in [
+                ("--etcd-servers", etcd_url.clone().into()),
+                ("--bind-address", config.address.to_string().into()),
+                ("--advertise-address", config.address.to_string().into()),
+                ("--secure-port", api_port.to_string().into()),
+                ("--endpoint-reconciler-type", "none".into()),
+                ("--tls-cert-file", p("server.crt")),
+                ("--tls-private-key-file", p("server.key")),
+                ("--client-ca-file", p("ca.crt")),
+                ("--token-auth-file", tokens.clone().into_os_string()),
+                ("--anonymous-auth", "false".into()),
+                ("--authorization-mode", "RBAC".into()),
+                ("--service-account-key-file", p("sa.pub")),
+                ("--service-account-signing-key-file", p("sa.key")),
+                ("--service-account-issuer", ISSUER.into()),
+                ("--api-audiences", ISSUER.into()),
+                (
+                    "--service-cluster-ip-range",
+                    config.service_cidrs.clone().into(),
+                ),
+                ("--service-node-port-range", "30000-32767".into()),
+                ("--allow-privileged", "true".into()),
+                ("--profiling", "false".into()),
+                (
+                    "--audit-policy-file",
+                    self.dir.join("audit-policy.yaml").into_os_string(),
+                ),
+                (
+                    "--audit-log-path",
+                    self.dir.join("audit.log").into_os_string(),
+                ),
+                ("--audit-log-format", "json".into()),
+                ("--v", "0".into()),
+            ] {
+                let mut a = std::ffi::OsString::from(flag);
+                a.push("=");
+                a.push(value);
+                args.push(a);
+            }
+            self.spawn(config, "kube-apiserver", &args)?;
+            std::fs::write(&self.kubeconfig, self.kubeconfig_yaml(ADMIN_TOKEN))
+                .map_err(io("writing the kubeconfig".into()))?;
+            match self.wait_ready().await {
+                Ok(()) => break,
+                Err(e)
+                    if config.port == 0
+                        && attempt < PORT_ATTEMPTS
+                        && self.lost_port_race("kube-apiserver") =>
+                {
+                    tracing::warn!(attempt, error = %e, "kube-apiserver's port was taken; trying another");
+                }
+                Err(e) => return Err(e),
+            }
         }
-        self.spawn(config, "kube-apiserver", &args)?;
-        std::fs::write(&self.kubeconfig, self.kubeconfig_yaml(ADMIN_TOKEN))
-            .map_err(io("writing the kubeconfig".into()))?;
-        self.wait_ready().await?;
 
         if config.controller_manager && bin("kube-controller-manager").is_file() {
             let mut args: Vec<std::ffi::OsString> =
@@ -351,6 +370,48 @@ impl RealKube {
         let child = cmd.spawn().map_err(io(format!("starting {what}")))?;
         self.children.push((what, child));
         Ok(())
+    }
+
+    /// `N` ports free at this moment, inside the namespace the processes run in.
+    fn free_ports<const N: usize>(&self, config: &RealKubeConfig) -> Result<[u16; N]> {
+        let take = || -> Result<[u16; N]> {
+            // Held together so that the N ports differ.
+            let listeners = (0..N)
+                .map(|_| TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port".into())))
+                .collect::<Result<Vec<_>>>()?;
+            let mut ports = [0; N];
+            for (port, l) in ports.iter_mut().zip(&listeners) {
+                *port = l
+                    .local_addr()
+                    .map_err(io("finding a free port".into()))?
+                    .port();
+            }
+            Ok(ports)
+        };
+        match &config.netns {
+            None => take(),
+            Some(ns) => crate::netns::in_namespace(ns, take).map_err(|e| RealKubeError::Io {
+                context: "entering the namespace".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?,
+        }
+    }
+
+    /// Whether `what` exited because its port had been taken meanwhile; if so it is forgotten,
+    /// so that it can be started again.
+    fn lost_port_race(&mut self, what: &'static str) -> bool {
+        let Some(i) = self.children.iter().rposition(|(w, _)| *w == what) else {
+            return false;
+        };
+        if !matches!(self.children[i].1.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        let log = std::fs::read_to_string(self.dir.join(format!("{what}.log"))).unwrap_or_default();
+        if !log.contains("address already in use") {
+            return false;
+        }
+        self.children.remove(i);
+        true
     }
 
     fn log_tail(&self, what: &str) -> String {
@@ -665,17 +726,6 @@ fn kube_err(context: String) -> impl FnOnce(kube::Error) -> RealKubeError {
     move |source| RealKubeError::Kube { context, source }
 }
 
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port".into()))?;
-    Ok(l.local_addr()
-        .map_err(io("finding a free port".into()))?
-        .port())
-}
-
-fn pick(port: u16) -> Result<u16> {
-    if port == 0 { free_port() } else { Ok(port) }
-}
-
 fn terminate(child: &Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -789,4 +839,61 @@ pub async fn install_crds(client: &kube::Client, dirs: &[PathBuf]) -> Result<Vec
         }
     }
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bare(dir: &Path) -> RealKube {
+        RealKube {
+            children: Vec::new(),
+            dir: dir.to_path_buf(),
+            _tmp: None,
+            url: String::new(),
+            kubeconfig: dir.join("kubeconfig"),
+            ca_pem: Vec::new(),
+        }
+    }
+
+    fn start_failing(kube: &mut RealKube, message: &str) -> RealKubeError {
+        let script = format!("echo '{message}' >&2; exit 1");
+        kube.spawn(
+            &RealKubeConfig::default(),
+            "etcd",
+            &["sh".into(), "-c".into(), script.into()],
+        )
+        .unwrap();
+        kube.wait_log("etcd", "etcd: ready", Duration::from_secs(10))
+            .unwrap_err()
+    }
+
+    #[test]
+    fn a_process_that_lost_its_port_to_another_is_forgotten_so_it_can_start_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kube = bare(dir.path());
+        let e = start_failing(
+            &mut kube,
+            "listen tcp 127.0.0.1:46033: bind: address already in use",
+        );
+        assert!(e.to_string().contains("exited with"), "{e}");
+        assert!(kube.lost_port_race("etcd"));
+        assert!(kube.children.is_empty());
+    }
+
+    #[test]
+    fn a_process_that_failed_for_another_reason_is_not_started_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kube = bare(dir.path());
+        start_failing(&mut kube, "member has already been bootstrapped");
+        assert!(!kube.lost_port_race("etcd"));
+        assert_eq!(kube.children.len(), 1);
+    }
+
+    #[test]
+    fn free_ports_taken_together_differ() {
+        let kube = bare(Path::new("/nonexistent"));
+        let [a, b, c] = kube.free_ports::<3>(&RealKubeConfig::default()).unwrap();
+        assert!(a != b && b != c && a != c);
+    }
 }
