@@ -14,6 +14,7 @@ use std::time::Duration;
 use bgp_support::lab::{
     Lab, Probe, ROUTER_V4, SPEAKER_V4, SPEAKER_V6, eventually, skip_unless_available,
 };
+use ferrolb_speaker::bgp::config::Role;
 use serde_json::json;
 
 const SPEAKER_AS: u32 = 64512;
@@ -32,6 +33,8 @@ struct Session {
     ibgp: bool,
     password: Option<&'static str>,
     graceful_restart: bool,
+    /// The router's own BGP Role (RFC 9234, FRR's spelling) and whether it requires ours.
+    role: Option<(Role, bool)>,
 }
 
 impl Daemon {
@@ -56,10 +59,18 @@ impl Daemon {
                 } else {
                     ""
                 };
+                // BIRD spells the route-server roles with an underscore.
+                let role = s
+                    .role
+                    .map(|(r, strict)| {
+                        let strict = if strict { "require roles on;" } else { "" };
+                        format!("local role {}; {strict}", r.name().replace('-', "_"))
+                    })
+                    .unwrap_or_default();
                 let conf = format!(
                     "router id {ROUTER_V4};\nprotocol device {{}}\n\
                      protocol bgp spk {{ local {ROUTER_V4} as {ROUTER_AS}; neighbor {SPEAKER_V4} as {peer_as};\n\
-                     passive on; direct; {password} {gr}\n\
+                     passive on; direct; {password} {gr} {role}\n\
                      ipv4 {{ import all; export none; gateway direct; }};\n\
                      ipv6 {{ import all; export none; gateway direct; }}; }}\n"
                 );
@@ -70,9 +81,16 @@ impl Daemon {
                     .password
                     .map(|p| format!(" neighbor {SPEAKER_V4} password {p}\n"))
                     .unwrap_or_default();
+                let role = s
+                    .role
+                    .map(|(r, strict)| {
+                        let strict = if strict { " strict-mode" } else { "" };
+                        format!(" neighbor {SPEAKER_V4} local-role {r}{strict}\n")
+                    })
+                    .unwrap_or_default();
                 let conf = format!(
-                    "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id {ROUTER_V4}\n no bgp ebgp-requires-policy\n\
-                     neighbor {SPEAKER_V4} remote-as {peer_as}\n neighbor {SPEAKER_V4} passive\n{password}\
+                    "hostname r1\nlog stdout informational\nrouter bgp {ROUTER_AS}\n bgp router-id {ROUTER_V4}\n bgp log-neighbor-changes\n no bgp ebgp-requires-policy\n\
+                     neighbor {SPEAKER_V4} remote-as {peer_as}\n neighbor {SPEAKER_V4} passive\n{password}{role}\
                      address-family ipv4 unicast\n  neighbor {SPEAKER_V4} activate\n exit-address-family\n\
                      address-family ipv6 unicast\n  neighbor {SPEAKER_V4} activate\n exit-address-family\n"
                 );
@@ -239,6 +257,7 @@ fn routes_and_withdrawal(d: Daemon, name: &str, ibgp: bool) {
         ibgp,
         password: None,
         graceful_restart: false,
+        role: None,
     };
     d.start(&mut lab, &session);
     let mut probe = Probe::start(&lab, &peer_json(ibgp, None, false));
@@ -324,6 +343,7 @@ fn md5(d: Daemon, name: &str, ours: &str, establishes: bool) {
             ibgp: false,
             password: Some("s3cret-md5"),
             graceful_restart: false,
+            role: None,
         },
     );
     let mut probe = Probe::start(&lab, &peer_json(false, Some(ours), false));
@@ -384,6 +404,7 @@ fn bird_keeps_routes_across_a_speaker_restart_with_graceful_restart_until_end_of
             ibgp: false,
             password: None,
             graceful_restart: true,
+            role: None,
         },
     );
     let mut probe = Probe::start(&lab, &peer_json(false, None, true));
@@ -420,6 +441,7 @@ fn bird_drops_routes_at_once_when_a_speaker_without_graceful_restart_dies() {
             ibgp: false,
             password: None,
             graceful_restart: false,
+            role: None,
         },
     );
     let mut probe = Probe::start(&lab, &peer_json(false, None, false));
@@ -443,6 +465,7 @@ fn graceful_shutdown(d: Daemon, name: &str) {
         ibgp: true,
         password: None,
         graceful_restart: false,
+        role: None,
     };
     d.start(&mut lab, &session);
     let mut probe = Probe::start(&lab, &peer_json(true, None, false));
@@ -626,6 +649,7 @@ fn ebgp_lab(d: Daemon, name: &str) -> Option<Lab> {
             ibgp: false,
             password: None,
             graceful_restart: false,
+            role: None,
         },
     );
     Some(lab)
@@ -736,4 +760,191 @@ fn a_notification_from_bird_is_recorded_in_words_as_the_last_one_received() {
 #[test]
 fn a_notification_from_frr_is_recorded_in_words_as_the_last_one_received() {
     notification_from_the_router(Daemon::Frr, "frr-notif");
+}
+
+impl Daemon {
+    /// How the daemon shows a route's Only-to-Customer attribute holding `asn`.
+    fn only_to_customer(self, asn: u32) -> String {
+        match self {
+            Daemon::Bird => format!("BGP.otc: {asn}"),
+            _ => format!("otc {asn}"),
+        }
+    }
+
+    /// The daemon's own account of the session (where it names a role mismatch).
+    fn session_text(self, lab: &Lab) -> String {
+        match self {
+            Daemon::Bird => {
+                let ctl = lab.path("bird.ctl");
+                lab.router_cmd(&["birdc", "-s", &ctl, "show", "protocols", "all", "spk"])
+            }
+            _ => {
+                // bgpd forgets a connection it accepted once it fails; its log keeps the why.
+                let d = lab.path("");
+                let cmd = format!("show bgp neighbors {SPEAKER_V4}");
+                let shown =
+                    lab.router_cmd(&["vtysh", "--vty_socket", &d, "-d", "bgpd", "-c", &cmd]);
+                let log = std::fs::read_to_string(lab.path("bgpd.log")).unwrap_or_default();
+                format!("{shown}\n--- bgpd.log\n{log}")
+            }
+        }
+    }
+}
+
+/// A lab whose router has BGP Role `router` (required of us when `strict`), and a speaker
+/// with role `ours` (none: `None`) and strictRole.
+fn role_lab(
+    d: Daemon,
+    name: &str,
+    router: Role,
+    strict: bool,
+    ours: Option<Role>,
+) -> Option<(Lab, Probe)> {
+    if skip(d) {
+        return None;
+    }
+    let mut lab = Lab::new(name);
+    d.start(
+        &mut lab,
+        &Session {
+            ibgp: false,
+            password: None,
+            graceful_restart: false,
+            role: Some((router, strict)),
+        },
+    );
+    let mut peer = peer_json(false, None, false);
+    if let Some(ours) = ours {
+        peer["role"] = json!(ours.name());
+        peer["strict_role"] = json!(true);
+    }
+    let mut probe = Probe::start(&lab, &peer);
+    probe.send(advertise(&[V4_KEEP]));
+    Some((lab, probe))
+}
+
+/// Roles that pair come up with `bgp-role` agreed, and our route carries Only-to-Customer
+/// with our AS exactly when the router is our customer or lateral peer.
+fn roles_that_pair(d: Daemon, name: &str, router: Role) {
+    let ours = router.counterpart();
+    let Some((lab, mut probe)) = role_lab(d, name, router, true, Some(ours)) else {
+        return;
+    };
+    let up = probe.wait_state("Established", ESTABLISH);
+    let up = up.unwrap_or_else(|| {
+        panic!(
+            "{d:?} as {router}, we {ours}: no session; {:?}\n{}",
+            probe.last,
+            d.session_text(&lab)
+        )
+    });
+    assert!(
+        up["status"]["capabilities"]
+            .as_array()
+            .is_some_and(|c| c.contains(&json!("bgp-role"))),
+        "{up}"
+    );
+    let mut seen = None;
+    assert!(
+        eventually(CONVERGE, || {
+            seen = d.route(&lab, V4_KEEP);
+            seen.is_some()
+        }),
+        "{d:?} never got {V4_KEEP}"
+    );
+    let text = seen.unwrap();
+    let otc = d.only_to_customer(SPEAKER_AS);
+    assert_eq!(
+        text.contains(&otc),
+        ours.marks_only_to_customer(),
+        "{d:?} as {router}, we {ours}: {otc:?} expected {} in\n{text}",
+        ours.marks_only_to_customer()
+    );
+    probe.shutdown();
+}
+
+/// Roles that do not pair never come up; both sides name the mismatch.
+fn roles_that_do_not_pair(d: Daemon, name: &str, router: Role, strict: bool, ours: Option<Role>) {
+    let Some((lab, mut probe)) = role_lab(d, name, router, strict, ours) else {
+        return;
+    };
+    let down = probe.wait_for(ESTABLISH, |v| {
+        v["status"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("role mismatch"))
+    });
+    let down = down.unwrap_or_else(|| {
+        panic!(
+            "{d:?} as {router}, we {ours:?}: no role mismatch; {:?}\n{}",
+            probe.last,
+            d.session_text(&lab)
+        )
+    });
+    assert_eq!(down["status"]["established_count"], 0, "{down}");
+    let mut theirs = String::new();
+    assert!(
+        eventually(CONVERGE, || {
+            theirs = d.session_text(&lab);
+            theirs.to_lowercase().contains("role mismatch")
+        }),
+        "{d:?} does not name the mismatch:\n{theirs}\nours: {down}"
+    );
+    probe.shutdown();
+}
+
+#[test]
+fn bird_as_our_provider_gets_our_route_without_only_to_customer() {
+    roles_that_pair(Daemon::Bird, "bird-role-prov", Role::Provider);
+}
+
+#[test]
+fn bird_as_our_customer_gets_our_route_with_only_to_customer_set_to_our_as() {
+    roles_that_pair(Daemon::Bird, "bird-role-cust", Role::Customer);
+}
+
+#[test]
+fn bird_as_our_lateral_peer_gets_our_route_with_only_to_customer_set_to_our_as() {
+    roles_that_pair(Daemon::Bird, "bird-role-peer", Role::Peer);
+}
+
+#[test]
+fn frr_as_our_provider_gets_our_route_without_only_to_customer() {
+    roles_that_pair(Daemon::Frr, "frr-role-prov", Role::Provider);
+}
+
+#[test]
+fn frr_as_our_customer_gets_our_route_with_only_to_customer_set_to_our_as() {
+    roles_that_pair(Daemon::Frr, "frr-role-cust", Role::Customer);
+}
+
+#[test]
+fn bird_and_we_both_customers_is_a_role_mismatch_on_both_sides() {
+    roles_that_do_not_pair(
+        Daemon::Bird,
+        "bird-role-mism",
+        Role::Customer,
+        false,
+        Some(Role::Customer),
+    );
+}
+
+#[test]
+fn frr_and_we_both_customers_is_a_role_mismatch_on_both_sides() {
+    roles_that_do_not_pair(
+        Daemon::Frr,
+        "frr-role-mism",
+        Role::Customer,
+        false,
+        Some(Role::Customer),
+    );
+}
+
+#[test]
+fn bird_requiring_roles_refuses_a_speaker_without_one_and_we_say_why() {
+    roles_that_do_not_pair(Daemon::Bird, "bird-role-strict", Role::Provider, true, None);
+}
+
+#[test]
+fn frr_in_strict_mode_refuses_a_speaker_without_a_role_and_we_say_why() {
+    roles_that_do_not_pair(Daemon::Frr, "frr-role-strict", Role::Provider, true, None);
 }

@@ -518,6 +518,59 @@ async fn a_peer_has_either_a_peer_asn_or_a_dynamic_asn_of_internal_or_external()
 }
 
 #[tokio::test]
+async fn a_peer_role_is_one_of_rfc_9234s_five_and_strict_role_needs_one() {
+    let (c, ns) = cluster().await;
+    for role in ["provider", "customer", "peer", "rs-server", "rs-client"] {
+        let r = create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            role,
+            peer(json!({"role": role, "strictRole": true})),
+        )
+        .await;
+        accepted(&r);
+        assert_eq!(r.body["spec"]["role"], json!(role));
+    }
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "transit",
+            peer(json!({"role": "transit"})),
+        )
+        .await,
+        "spec.role",
+    );
+    refused(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "strict-alone",
+            peer(json!({"strictRole": true})),
+        )
+        .await,
+        "strictRole needs role",
+    );
+    accepted(
+        &create(
+            &c,
+            &ns,
+            "bgppeers",
+            "BGPPeer",
+            "not-strict",
+            peer(json!({"strictRole": false})),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
 async fn a_peer_vrf_is_a_linux_interface_name() {
     let (c, ns) = cluster().await;
     for (name, vrf) in [

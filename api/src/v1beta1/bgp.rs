@@ -189,6 +189,8 @@ pub struct SecretRef {
 #[x_kube(validation = Rule::new(DUAL_STACK_RULE)
     .message("disableMP: true (one family) contradicts dualStackAddressFamily: true (both families); drop disableMP, which is deprecated")
     .field_path(".disableMP"))]
+#[x_kube(validation = Rule::new("!(has(self.strictRole) && self.strictRole) || has(self.role)")
+    .message("strictRole needs role: the speaker can only require the router's BGP role when it has one of its own").field_path(".strictRole"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPPeerSpec {
     /// The speaker's AS number.
@@ -309,6 +311,34 @@ pub struct BGPPeerSpec {
     /// say so (log, `ferrolb_config_errors_total`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bfd_profile: Option<String>,
+    /// This AS's BGP Role towards the router on an eBGP session (RFC 9234): sent in the OPEN;
+    /// a router whose own role does not pair with it (`customer` with `provider`, `peer` with
+    /// `peer`, `rs-client` with `rs-server`) is refused with a Role Mismatch NOTIFICATION
+    /// (2/11) and the reason shows in `BGPSessionState`; routes sent to a customer, a lateral
+    /// peer or a route-server client carry Only-to-Customer with our AS. Ignored on iBGP
+    /// sessions, for which RFC 9234 defines no roles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<BgpRole>,
+    /// Refuse a router that announces no role at all (RFC 9234 strict mode); needs `role`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_role: bool,
+}
+
+/// `BGPPeer.spec.role`: what this AS is to the router's (RFC 9234 §3.1), named as in FRR's
+/// `neighbor local-role`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BgpRole {
+    /// This AS sells the router's AS transit.
+    Provider,
+    /// This AS buys transit from the router's AS (a cluster behind its top-of-rack router).
+    Customer,
+    /// Lateral peers: neither gives the other transit.
+    Peer,
+    /// This side is a route server.
+    RsServer,
+    /// The router is a route server and this side its client.
+    RsClient,
 }
 
 impl BGPPeerSpec {

@@ -200,7 +200,8 @@ pub struct BGPSessionStateStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive_time: Option<String>,
     /// What both sides agreed at OPEN: `ipv4-unicast`, `ipv6-unicast`, `4-octet-as`,
-    /// `graceful-restart`.
+    /// `graceful-restart`, `extended-nexthop`, `bgp-role` (both announced RFC 9234 roles that
+    /// pair).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
     /// The BFD detection time in force, such as `900ms`.

@@ -62,12 +62,14 @@ pub const MSG_ADDRESS_OR_INTERFACE: &str =
 pub const MSG_SERVICE_SELECTORS_HOST_ROUTES: &str = "serviceSelectors need host routes: leave aggregationLength at 32 and aggregationLengthV6 at 128 (an aggregate would attract the traffic of the Services not selected too)";
 /// FerroLB's message for `disableMP` against `dualStackAddressFamily`.
 pub const MSG_DUAL_STACK: &str = "disableMP: true (one family) contradicts dualStackAddressFamily: true (both families); drop disableMP, which is deprecated";
+/// FerroLB's message for `strictRole` without `role`.
+pub const MSG_STRICT_ROLE: &str = "strictRole needs role: the speaker can only require the router's BGP role when it has one of its own";
 /// FerroLB's message for `sourceAddress` with `interface`.
 pub const MSG_SOURCE_WITH_INTERFACE: &str = "sourceAddress cannot be set with interface: an unnumbered session runs from the node's IPv6 link-local address on that interface";
 
 /// Every CEL rule message of the six configuration CRDs that this module restates.
 #[cfg(test)]
-const RESTATED_RULES: [&str; 19] = [
+const RESTATED_RULES: [&str; 20] = [
     // `spec.addresses`: restated by `parse_pool`, which is stricter (IPv6 order, overlaps).
     "each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end",
     MSG_COMMUNITY_RANGE,
@@ -87,6 +89,7 @@ const RESTATED_RULES: [&str; 19] = [
     MSG_ADDRESS_OR_INTERFACE,
     MSG_SOURCE_WITH_INTERFACE,
     MSG_DUAL_STACK,
+    MSG_STRICT_ROLE,
     MSG_SERVICE_SELECTORS_HOST_ROUTES,
 ];
 
@@ -442,6 +445,11 @@ fn peer_rules(spec: &BGPPeerSpec, out: &mut Vec<Problem>) {
             message: MSG_DUAL_STACK.into(),
         });
     }
+    if spec.strict_role && spec.role.is_none() {
+        out.push(Problem::Rule {
+            message: MSG_STRICT_ROLE.into(),
+        });
+    }
     if let Some(vrf) = &spec.vrf
         && !is_interface_name(vrf)
     {
@@ -482,6 +490,26 @@ mod tests {
     #[test]
     fn every_configuration_kind_has_its_crd_schema() {
         assert_eq!(all_schemas().len(), Kind::ALL.len());
+    }
+
+    #[test]
+    fn a_strict_role_without_a_role_is_refused_with_ferrolbs_message() {
+        use ferrolb_api::v1beta1::{BGPPeer, BGPPeerSpec, BgpRole};
+        let spec = |role| BGPPeerSpec {
+            my_asn: 64512,
+            peer_asn: Some(64513),
+            peer_address: "10.99.0.1".into(),
+            strict_role: true,
+            role,
+            ..BGPPeerSpec::default()
+        };
+        let problems = |role| check(&FerroObject::BGPPeer(BGPPeer::new("p", spec(role))));
+        assert!(problems(None).contains(&Problem::Rule {
+            message: MSG_STRICT_ROLE.into()
+        }));
+        assert!(!problems(Some(BgpRole::Customer)).contains(&Problem::Rule {
+            message: MSG_STRICT_ROLE.into()
+        }));
     }
 
     #[test]

@@ -89,6 +89,87 @@ pub struct PeerConfig {
     /// (RFC 5883) when `ebgp_multihop` is set.
     #[serde(default)]
     pub bfd: Option<BfdSettings>,
+    /// Our BGP Role on this eBGP session (RFC 9234, `BGPPeer.spec.role`): sent in the OPEN,
+    /// checked against the peer's, and Only-to-Customer marks what we send to a customer, a
+    /// lateral peer or a route-server client. Never sent on iBGP, where RFC 9234 has no roles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// Refuse a peer that announces no role (`BGPPeer.spec.strictRole`, RFC 9234 §4.2 strict
+    /// mode) with a Role Mismatch NOTIFICATION.
+    #[serde(default)]
+    pub strict_role: bool,
+}
+
+/// A BGP Role (RFC 9234 §3.1): what the AS on this side of an eBGP session is to the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Sells transit to the peer (value 0).
+    Provider,
+    /// A route server (value 1).
+    RsServer,
+    /// A client of the peer's route server (value 2).
+    RsClient,
+    /// Buys transit from the peer (value 3).
+    Customer,
+    /// A lateral peer (value 4).
+    Peer,
+}
+
+impl Role {
+    /// Every role, in value order.
+    pub const ALL: [Role; 5] = [
+        Role::Provider,
+        Role::RsServer,
+        Role::RsClient,
+        Role::Customer,
+        Role::Peer,
+    ];
+
+    /// The value in the BGP Role capability.
+    pub fn value(self) -> u8 {
+        self as u8
+    }
+
+    /// The role with this capability value, if it is one RFC 9234 defines.
+    pub fn from_value(v: u8) -> Option<Role> {
+        Role::ALL.get(usize::from(v)).copied()
+    }
+
+    /// The one role the peer may have when we have this one (RFC 9234 §4.2, Table 2).
+    pub fn counterpart(self) -> Role {
+        match self {
+            Role::Provider => Role::Customer,
+            Role::Customer => Role::Provider,
+            Role::RsServer => Role::RsClient,
+            Role::RsClient => Role::RsServer,
+            Role::Peer => Role::Peer,
+        }
+    }
+
+    /// Whether routes we send carry Only-to-Customer with our AS (RFC 9234 §5, egress: the
+    /// receiver is a customer, a lateral peer or a route-server client).
+    pub fn marks_only_to_customer(self) -> bool {
+        matches!(self, Role::Provider | Role::Peer | Role::RsServer)
+    }
+
+    /// The name used in `BGPPeer.spec.role`, FRR's `local-role` and BIRD's `local role`
+    /// (BIRD writes the route-server roles `rs_server`, `rs_client`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Provider => "provider",
+            Role::RsServer => "rs-server",
+            Role::RsClient => "rs-client",
+            Role::Customer => "customer",
+            Role::Peer => "peer",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The BFD values of a peer (MetalLB's `BFDProfile` fields that FerroLB runs).
@@ -169,6 +250,8 @@ impl PeerConfig {
             bfd: None,
             next_hop_v4: None,
             next_hop_v6: None,
+            role: None,
+            strict_role: false,
         }
     }
 
@@ -184,6 +267,11 @@ impl PeerConfig {
     /// carries it, the AS_PATH of our routes holds it alone, and iBGP means the peer is in it.
     pub fn local_as(&self) -> u32 {
         self.local_asn.unwrap_or(self.my_asn)
+    }
+
+    /// The role this session announces and holds the peer to: the configured one, on eBGP only.
+    pub fn ebgp_role(&self) -> Option<Role> {
+        self.role.filter(|_| !self.is_ibgp())
     }
 
     /// Whether the peer is in the AS we present to it ([`PeerConfig::local_as`]).

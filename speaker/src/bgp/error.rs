@@ -67,6 +67,7 @@ impl Notification {
             (code::OPEN, 4) => "unsupported optional parameter",
             (code::OPEN, 6) => "unacceptable hold time",
             (code::OPEN, 7) => "unsupported capability",
+            (code::OPEN, 11) => "role mismatch",
             (code::UPDATE, 1) => "malformed attribute list",
             (code::UPDATE, 2) => "unrecognized well-known attribute",
             (code::UPDATE, 3) => "missing well-known attribute",
@@ -192,6 +193,15 @@ pub enum SessionError {
         /// The peer's hold time in seconds.
         hold_time: u16,
     },
+    /// The peer's BGP Role does not pair with ours, it announced several different ones, or
+    /// none while `strictRole` asks for one (2/11, RFC 9234 §4.2).
+    #[error("{}", describe_role_mismatch(*ours, theirs))]
+    RoleMismatch {
+        /// Our configured role.
+        ours: crate::bgp::config::Role,
+        /// The distinct role values in the peer's OPEN, in wire order (empty: none).
+        theirs: Vec<u8>,
+    },
     /// OPEN whose optional parameters or capabilities do not add up (2/0).
     #[error("malformed OPEN optional parameters")]
     MalformedOpen,
@@ -237,6 +247,32 @@ pub enum SessionError {
     Cease(CeaseReason),
 }
 
+fn describe_role_mismatch(ours: crate::bgp::config::Role, theirs: &[u8]) -> String {
+    use crate::bgp::config::Role;
+    let want = ours.counterpart();
+    let named = |v: u8| match Role::from_value(v) {
+        Some(r) => r.name().to_owned(),
+        None => format!("value {v}, which RFC 9234 does not define"),
+    };
+    match theirs {
+        [] => format!(
+            "role mismatch: we are {ours} and strictRole requires the peer to announce its BGP role (RFC 9234); it announced none"
+        ),
+        [one] => format!(
+            "role mismatch: we are {ours}, the peer announced {}; a {ours}'s peer must be {want} (RFC 9234)",
+            named(*one)
+        ),
+        several => format!(
+            "role mismatch: the peer announced several different roles ({}); RFC 9234 allows one",
+            several
+                .iter()
+                .map(|v| named(*v))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 impl SessionError {
     /// The NOTIFICATION that reports this error to the peer.
     pub fn notification(&self) -> Notification {
@@ -251,6 +287,7 @@ impl SessionError {
             BadBgpId => (code::OPEN, 3, vec![]),
             UnsupportedOptionalParameter { .. } => (code::OPEN, 4, vec![]),
             UnacceptableHoldTime { hold_time } => (code::OPEN, 6, hold_time.to_be_bytes().to_vec()),
+            RoleMismatch { .. } => (code::OPEN, 11, vec![]),
             MalformedAttributeList => (code::UPDATE, 1, vec![]),
             MissingWellKnownAttribute { type_code } => (code::UPDATE, 3, vec![*type_code]),
             AttributeFlags { .. } => (code::UPDATE, 4, vec![]),
@@ -285,6 +322,7 @@ impl SessionError {
             BadBgpId => "bad_bgp_id",
             UnsupportedOptionalParameter { .. } => "unsupported_optional_parameter",
             UnacceptableHoldTime { .. } => "unacceptable_hold_time",
+            RoleMismatch { .. } => "role_mismatch",
             MalformedOpen => "malformed_open",
             MalformedAttributeList => "malformed_attribute_list",
             AttributeFlags { .. } => "attribute_flags",

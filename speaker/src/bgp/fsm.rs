@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 
-use super::config::{Advertisement, GRACEFUL_RESTART_TIME, MAX_CONNECT_RETRY, PeerConfig};
+use super::config::{Advertisement, GRACEFUL_RESTART_TIME, MAX_CONNECT_RETRY, PeerConfig, Role};
 use super::error::{CeaseReason, FsmErrorState, Notification, SessionError};
 use super::open::{AS_TRANS, Capability, Open};
 use super::rib::{Routes, desired_routes, diff, group_family};
@@ -182,6 +182,10 @@ pub struct Negotiated {
     pub peer_id: Ipv4Addr,
     /// The peer's AS number, from its OPEN (what `dynamicASN` found).
     pub peer_as: u32,
+    /// The BGP Role the peer announced (RFC 9234), when it announced one we know.
+    pub peer_role: Option<Role>,
+    /// Our BGP Role in force on this session (none on iBGP).
+    pub our_role: Option<Role>,
 }
 
 /// One BGP session.
@@ -428,6 +432,9 @@ impl Session {
                 families: families.iter().map(|f| (*f, true)).collect(),
             });
         }
+        if let Some(role) = self.config.ebgp_role() {
+            capabilities.push(Capability::Role(role.value()));
+        }
         // The AS in force: `localASN` replaces `myASN` towards this peer.
         let local_as = self.config.local_as();
         capabilities.push(Capability::FourOctetAs(local_as));
@@ -581,6 +588,7 @@ impl Session {
                 hold_time: open.hold_time,
             });
         }
+        let peer_role = self.check_roles(open)?;
         let ours = self.config.hold_time.as_secs().min(u64::from(u16::MAX)) as u16;
         let hold_time = Duration::from_secs(u64::from(ours.min(open.hold_time)));
         let keepalive = match self.config.keepalive_time {
@@ -607,7 +615,38 @@ impl Session {
             ipv4_over_ipv6: self.config.interface.is_some()
                 && open.extended_next_hop(Family::IPV4_UNICAST, 2),
             peer_as,
+            peer_role,
+            our_role: self.config.ebgp_role(),
         })
+    }
+
+    /// RFC 9234 §4.2: with a role of ours on an eBGP session, the peer's must be its
+    /// counterpart, announced once or in agreeing copies; none is accepted unless
+    /// `strictRole`. A role the peer announces when we have none is only recorded.
+    fn check_roles(&self, open: &Open) -> Result<Option<Role>, SessionError> {
+        if self.config.is_ibgp() {
+            // RFC 9234 §4: roles belong to eBGP; on iBGP the capability is ignored.
+            return Ok(None);
+        }
+        let mut theirs: Vec<u8> = Vec::new();
+        for r in open.roles() {
+            if !theirs.contains(&r) {
+                theirs.push(r);
+            }
+        }
+        let mismatch = |ours| SessionError::RoleMismatch {
+            ours,
+            theirs: theirs.clone(),
+        };
+        match (self.config.ebgp_role(), theirs.as_slice()) {
+            (Some(ours), [_, _, ..]) => Err(mismatch(ours)),
+            (Some(ours), []) if self.config.strict_role => Err(mismatch(ours)),
+            (Some(ours), [one]) if Role::from_value(*one) != Some(ours.counterpart()) => {
+                Err(mismatch(ours))
+            }
+            (_, [one]) => Ok(Role::from_value(*one)),
+            _ => Ok(None),
+        }
     }
 
     fn timer_expired(&mut self, now: Instant, t: Timer, out: &mut Vec<Output>) {
@@ -665,6 +704,11 @@ impl Session {
             next_hop_v6,
             next_hop_v6_link_local,
             ipv4_over_ipv6: self.negotiated.as_ref().is_some_and(|n| n.ipv4_over_ipv6),
+            only_to_customer: self
+                .config
+                .ebgp_role()
+                .filter(|r| r.marks_only_to_customer())
+                .map(|_| self.config.local_as()),
         }
     }
 

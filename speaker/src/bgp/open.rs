@@ -1,5 +1,5 @@
 //! OPEN messages and the capabilities we speak (RFC 4271 §4.2, RFC 5492, RFC 6793, RFC 4760,
-//! RFC 2918, RFC 4724, RFC 9072, RFC 8950). Pure: no I/O, no clock.
+//! RFC 2918, RFC 4724, RFC 9072, RFC 8950, RFC 9234). Pure: no I/O, no clock.
 
 use std::net::Ipv4Addr;
 
@@ -28,6 +28,9 @@ pub enum Capability {
         /// Families with their F bit (forwarding state preserved).
         families: Vec<(Family, bool)>,
     },
+    /// The sender's BGP Role (code 9, RFC 9234 §4.1), as its raw value: values RFC 9234 does
+    /// not define are kept so that the session can refuse them in words.
+    Role(u8),
     /// 4-octet AS numbers with the sender's AS (code 65, RFC 6793).
     FourOctetAs(u32),
     /// Any other capability: its code, content skipped (FQDN 73, ADD-PATH 69, LLGR 71, ...).
@@ -90,6 +93,15 @@ impl Open {
         self.capabilities.iter().any(|c| match c {
             Capability::ExtendedNextHop(v) => v.contains(&(family, next_hop_afi)),
             _ => false,
+        })
+    }
+
+    /// The role values the sender announced, in wire order (RFC 9234 allows the capability more
+    /// than once, as long as every copy agrees).
+    pub fn roles(&self) -> impl Iterator<Item = u8> + '_ {
+        self.capabilities.iter().filter_map(|c| match c {
+            Capability::Role(r) => Some(*r),
+            _ => None,
         })
     }
 
@@ -216,10 +228,11 @@ fn decode_capabilities(mut v: &[u8], out: &mut Vec<Capability>) -> Result<(), Se
                     families,
                 }
             }
+            (9, 1) => Capability::Role(value[0]),
             (65, 4) => Capability::FourOctetAs(u32::from_be_bytes([
                 value[0], value[1], value[2], value[3],
             ])),
-            (1 | 2 | 5 | 64 | 65, _) => return Err(SessionError::MalformedOpen),
+            (1 | 2 | 5 | 9 | 64 | 65, _) => return Err(SessionError::MalformedOpen),
             (other, _) => Capability::Unrecognized(other),
         };
         out.push(cap);
@@ -258,6 +271,7 @@ fn encode_capability(c: &Capability, out: &mut Vec<u8>) {
                 out.push(if *forwarding { 0x80 } else { 0 });
             }
         }
+        Capability::Role(r) => out.extend_from_slice(&[9, 1, *r]),
         Capability::FourOctetAs(asn) => {
             out.extend_from_slice(&[65, 4]);
             out.extend_from_slice(&asn.to_be_bytes());
@@ -372,6 +386,30 @@ mod tests {
             4, 0, 1, 0, 90, 1, 1, 1, 1, 255, 255, 0, 9, 2, 0, 6, 65, 4, 0, 0, 0, 7,
         ];
         assert_eq!(Open::decode(&body).unwrap().asn(), 7);
+    }
+
+    #[test]
+    fn the_role_capability_is_code_9_with_one_byte_and_round_trips() {
+        let open = Open {
+            my_as: 64512,
+            hold_time: 90,
+            bgp_id: Ipv4Addr::new(10, 99, 0, 1),
+            capabilities: vec![Capability::Role(3)],
+        };
+        let mut b = vec![];
+        open.encode(&mut b);
+        assert_eq!(&b[28..], &[5, 2, 3, 9, 1, 3]);
+        let decoded = Open::decode(&b[19..]).unwrap();
+        assert_eq!(decoded.roles().collect::<Vec<_>>(), vec![3]);
+    }
+
+    #[test]
+    fn a_role_capability_of_another_length_is_a_malformed_open() {
+        let mut out = vec![];
+        assert_eq!(
+            decode_capabilities(&[9, 2, 0, 3], &mut out),
+            Err(SessionError::MalformedOpen)
+        );
     }
 
     #[test]

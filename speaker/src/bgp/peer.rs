@@ -86,7 +86,7 @@ pub struct PeerStatus {
     /// The peer's AS number from its OPEN (`None` before the OPENs are exchanged).
     pub peer_as: Option<u32>,
     /// What both sides agreed at OPEN (`ipv4-unicast`, `ipv6-unicast`, `4-octet-as`,
-    /// `graceful-restart`).
+    /// `graceful-restart`, `extended-nexthop`, `bgp-role`).
     pub capabilities: Vec<&'static str>,
     /// The BFD session's state (`Up`, `Down`, `Init`, `AdminDown`), when BFD is configured.
     pub bfd: Option<crate::bfd::State>,
@@ -737,6 +737,9 @@ fn negotiated_capabilities(n: &super::fsm::Negotiated) -> Vec<&'static str> {
     }
     if n.ipv4_over_ipv6 {
         out.push("extended-nexthop");
+    }
+    if n.our_role.is_some() && n.peer_role.is_some() {
+        out.push("bgp-role");
     }
     out
 }

@@ -20,6 +20,7 @@ const MP_REACH: u8 = 14;
 const MP_UNREACH: u8 = 15;
 const AS4_PATH: u8 = 17;
 const LARGE_COMMUNITIES: u8 = 32;
+const ONLY_TO_CUSTOMER: u8 = 35;
 
 const WELL_KNOWN: u8 = 0x40;
 const OPTIONAL_TRANSITIVE: u8 = 0xc0;
@@ -50,6 +51,9 @@ pub struct EncodeParams {
     /// The peer accepts IPv4 routes with an IPv6 next hop (RFC 8950, negotiated): IPv4 routes
     /// go in MP_REACH with the IPv6 next hop instead of the NEXT_HOP attribute.
     pub ipv4_over_ipv6: bool,
+    /// The AS to put in the Only-to-Customer attribute (RFC 9234 §5) of every route: ours,
+    /// when our role makes the peer a customer, a lateral peer or a route-server client.
+    pub only_to_customer: Option<u32>,
 }
 
 impl EncodeParams {
@@ -160,6 +164,14 @@ fn build_attributes(p: &EncodeParams, attrs: &RouteAttrs, family: Family) -> Att
             })
             .collect();
         put_attr(&mut after, OPTIONAL_TRANSITIVE, LARGE_COMMUNITIES, &v);
+    }
+    if let Some(asn) = p.only_to_customer {
+        put_attr(
+            &mut after,
+            OPTIONAL_TRANSITIVE,
+            ONLY_TO_CUSTOMER,
+            &asn.to_be_bytes(),
+        );
     }
     Attributes {
         before_mp: before,
@@ -321,6 +333,49 @@ mod tests {
             next_hop_v6: Some("fd00:99::1".parse().unwrap()),
             next_hop_v6_link_local: None,
             ipv4_over_ipv6: false,
+            only_to_customer: None,
+        }
+    }
+
+    #[test]
+    fn only_to_customer_follows_large_communities_in_type_order_and_the_update_checks_clean() {
+        let p = EncodeParams {
+            only_to_customer: Some(64512),
+            ..ebgp()
+        };
+        let attrs = RouteAttrs {
+            large_communities: [LargeCommunity {
+                global: 64512,
+                local1: 1,
+                local2: 2,
+            }]
+            .into(),
+            ..RouteAttrs::default()
+        };
+        for family in [Family::IPV4_UNICAST, Family::IPV6_UNICAST] {
+            let prefix: IpNet = if family == Family::IPV4_UNICAST {
+                "10.99.1.1/32".parse().unwrap()
+            } else {
+                "fd00:99:1::1/128".parse().unwrap()
+            };
+            let mut b = vec![];
+            encode_announcements(&mut b, &p, &attrs, family, [&prefix]).unwrap();
+            let otc = [0xc0, 35, 4, 0, 0, 0xfc, 0x00];
+            let at_otc = b.windows(7).position(|w| w == otc).expect("OTC");
+            let at_large = b.windows(2).position(|w| w == [0xc0, 32]).expect("LARGE");
+            assert!(at_large < at_otc, "{family:?}");
+            let (m, _) = decode_message(
+                &b,
+                DecodeContext {
+                    four_octet_as: true,
+                },
+            )
+            .unwrap()
+            .unwrap();
+            let Message::Update(summary) = m else {
+                panic!("not an UPDATE")
+            };
+            assert_eq!((summary.announced, summary.malformed), (1, None));
         }
     }
 

@@ -16,7 +16,7 @@
 //! | MP_REACH_NLRI / MP_UNREACH_NLRI malformed or repeated (§7.11, §3 g) | session reset | NOTIFICATION |
 //! | An attribute overrunning the path attributes, or a stub too short for one (§4) | treat-as-withdraw | session kept |
 //! | Missing ORIGIN, AS_PATH or NEXT_HOP with NLRI (§3 d) | treat-as-withdraw | session kept |
-//! | ORIGIN, AS_PATH, NEXT_HOP, MED, LOCAL_PREF, COMMUNITIES, ORIGINATOR_ID, CLUSTER_LIST, EXTENDED and LARGE COMMUNITIES malformed, or a well-known one with wrong flags (§7, §3 c; RFC 8092 §6) | treat-as-withdraw | session kept |
+//! | ORIGIN, AS_PATH, NEXT_HOP, MED, LOCAL_PREF, COMMUNITIES, ORIGINATOR_ID, CLUSTER_LIST, EXTENDED and LARGE COMMUNITIES, ONLY_TO_CUSTOMER malformed, or a well-known one with wrong flags (§7, §3 c; RFC 8092 §6; RFC 9234 §5) | treat-as-withdraw | session kept |
 //! | ATOMIC_AGGREGATE or AGGREGATOR of the wrong length (§7.6, §7.7); any other attribute repeated (§3 g) | attribute discard | session kept |
 //!
 //! A treat-as-withdraw would withdraw the UPDATE's routes from our RIB, and an attribute discard
@@ -98,6 +98,7 @@ mod attr {
     pub const MP_UNREACH: u8 = 15;
     pub const EXTENDED_COMMUNITIES: u8 = 16;
     pub const LARGE_COMMUNITIES: u8 = 32;
+    pub const ONLY_TO_CUSTOMER: u8 = 35;
 }
 
 const FLAG_OPTIONAL: u8 = 0x80;
@@ -275,7 +276,11 @@ fn check_attribute(
     }
     let fixed_len = match type_code {
         attr::ORIGIN => Some(1),
-        attr::NEXT_HOP | attr::MED | attr::LOCAL_PREF | attr::ORIGINATOR_ID => Some(4),
+        attr::NEXT_HOP
+        | attr::MED
+        | attr::LOCAL_PREF
+        | attr::ORIGINATOR_ID
+        | attr::ONLY_TO_CUSTOMER => Some(4),
         attr::ATOMIC_AGGREGATE => Some(0),
         attr::AGGREGATOR => Some(2 + asn_size),
         _ => None,

@@ -6,11 +6,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ferrolb_api::names;
-use ferrolb_api::v1beta1::{BFDProfile, BGPPeer};
+use ferrolb_api::v1beta1::{BFDProfile, BGPPeer, BgpRole};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use crate::bgp::config::{BfdSettings, PeerConfig};
+use crate::bgp::config::{BfdSettings, PeerConfig, Role};
 
 pub use ferrolb_api::duration::parse_duration;
 
@@ -219,6 +219,14 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
     }
     c.ebgp_multihop = spec.ebgp_multi_hop;
     c.graceful_restart = spec.enable_graceful_restart;
+    c.role = spec.role.map(|r| match r {
+        BgpRole::Provider => Role::Provider,
+        BgpRole::Customer => Role::Customer,
+        BgpRole::Peer => Role::Peer,
+        BgpRole::RsServer => Role::RsServer,
+        BgpRole::RsClient => Role::RsClient,
+    });
+    c.strict_role = spec.strict_role;
     c.password = match (&spec.password, &spec.password_secret) {
         (Some(p), _) => Some(p.clone()),
         (None, Some(secret)) => Some(secret_value(secrets, &secret.name, "password").ok_or_else(
