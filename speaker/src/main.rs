@@ -47,6 +47,12 @@ const TRIM_AFTER_CHANGES: usize = 1000;
 
 /// How long a speaker that has met no other waits before it answers as the only one.
 const JOIN_WAIT: Duration = Duration::from_secs(3);
+/// How long after rejoining (the others had declared this node dead: it stood still, or was
+/// cut off) its layer-2 addresses are announced again. What happened meanwhile (its Node
+/// excluded, a Service deleted) waits in its watch connections and arrives within
+/// milliseconds of the wake; announcing before that would claim what it may no longer hold.
+/// Meanwhile the stand-in owners keep answering until the announcement (their handover).
+const REJOIN_SETTLE: Duration = Duration::from_millis(300);
 
 /// Command-line flags; each can also come from the environment variable shown.
 #[derive(Parser, Debug)]
@@ -239,6 +245,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut gossip: Option<Gossip> = None;
     let mut gossip_live: Option<watch::Receiver<BTreeSet<String>>> = None;
     let mut gossip_states: Option<watch::Receiver<BTreeMap<String, Vec<u8>>>> = None;
+    let mut gossip_rejoined: Option<watch::Receiver<u64>> = None;
     let mut last_host_read: Option<Instant> = None;
     let mut published_unable = BTreeSet::new();
     let mut last_trim = Instant::now();
@@ -255,6 +262,8 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut gossip_started = Instant::now();
     let mut joined = false;
     let mut alone = false;
+    let mut rejoined_seen = 0u64;
+    let mut reannounce_at: Option<Instant> = None;
     let run = async {
         loop {
             if let Some(g) = &gossip {
@@ -277,6 +286,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                     gossip_started = Instant::now();
                     gossip_live = gossip.as_ref().map(Gossip::live);
                     gossip_states = gossip.as_ref().map(Gossip::states);
+                    gossip_rejoined = gossip.as_ref().map(Gossip::rejoined);
                     states_changed = true;
                     cluster
                         .lock()
@@ -376,6 +386,18 @@ async fn speaker_main() -> anyhow::Result<()> {
                     &metrics.gossip_auth_failures,
                     c.auth_failures_total(),
                 );
+                if c.rejoined > rejoined_seen {
+                    rejoined_seen = c.rejoined;
+                    reannounce_at = Some(Instant::now() + REJOIN_SETTLE);
+                    info!(settle = ?REJOIN_SETTLE,
+                        "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
+                    );
+                }
+            }
+            if reannounce_at.is_some_and(|at| Instant::now() >= at) {
+                reannounce_at = None;
+                info!("announcing this node's layer-2 addresses again after rejoining");
+                speaker.announce_again();
             }
             speaker.tick();
             ready.set(true);
@@ -390,15 +412,23 @@ async fn speaker_main() -> anyhow::Result<()> {
             }
             let _ = live_tx.send_if_modified(|v| {
                 let changed = *v != live;
+                if changed {
+                    info!(live = ?live, "live speakers changed");
+                }
                 *v = live.clone();
                 changed
             });
             let gossip_changed = async {
-                match (gossip_live.as_mut(), gossip_states.as_mut()) {
-                    (Some(live), Some(states)) => {
+                match (
+                    gossip_live.as_mut(),
+                    gossip_states.as_mut(),
+                    gossip_rejoined.as_mut(),
+                ) {
+                    (Some(live), Some(states), Some(rejoined)) => {
                         tokio::select! {
                             _ = live.changed() => false,
                             _ = states.changed() => true,
+                            _ = rejoined.changed() => false,
                         }
                     }
                     _ => std::future::pending().await,
@@ -412,6 +442,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                 .next_deadline()
                 .into_iter()
                 .chain(joining)
+                .chain(reannounce_at)
                 .map(tokio::time::Instant::from_std)
                 .fold(refresh, tokio::time::Instant::min);
             tokio::select! {

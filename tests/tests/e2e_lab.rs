@@ -993,3 +993,279 @@ fn restarting_every_speaker_one_at_a_time_loses_no_request_to_a_layer2_service()
         "lost (request start after the client's, outcome, answered before, answered after): {lost:?}"
     );
 }
+
+/// One claim `l2-watch` saw on the segment: when (Unix nanoseconds), what kind, for which
+/// address, from which MAC.
+#[derive(Debug, Clone)]
+struct Claim {
+    at_ns: u128,
+    kind: String,
+    addr: IpAddr,
+    mac: String,
+}
+
+/// Starts `l2-watch` in the client namespace for `addrs`; returns the process and its output
+/// file once it is listening.
+fn watch_claims(
+    lab: &Lab,
+    addrs: &[IpAddr],
+) -> (ferrolb_tests::netns::Process, std::path::PathBuf) {
+    let exe = e2e_support::bin_dir().join("l2-watch");
+    assert!(
+        exe.is_file(),
+        "{} is not built (cargo build -p ferrolb-speaker)",
+        exe.display()
+    );
+    let out = lab.dir().join("l2-watch.out");
+    let mut args = vec![exe.display().to_string(), "eth0".into()];
+    args.extend(addrs.iter().map(IpAddr::to_string));
+    let p = lab.topo.client.spawn(&args, &out).expect("l2-watch starts");
+    lab.wait(Duration::from_secs(5), "l2-watch to listen", || {
+        std::fs::read_to_string(&out)
+            .ok()?
+            .starts_with("ready")
+            .then_some(())
+    })
+    .unwrap();
+    (p, out)
+}
+
+fn read_claims(out: &std::path::Path) -> Vec<Claim> {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            Some(Claim {
+                at_ns: w.first()?.parse().ok()?,
+                kind: (*w.get(1)?).to_owned(),
+                addr: w.get(2)?.parse().ok()?,
+                mac: w.get(3)?.to_lowercase(),
+            })
+        })
+        .collect()
+}
+
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A stopped process (SIGSTOP: a VM paused, a host stalled, a debugger) keeps believing what
+/// it believed: a frozen owner wakes thinking it still owns its addresses, though the others
+/// moved them meanwhile, and here it was even excluded while it stood still. It must not pull
+/// the neighbours back with an announcement it missed while frozen.
+#[test]
+fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_stale_when_it_wakes() {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let (ip, old) = web_and_its_owner(&lab);
+    let services = addresses(&lab);
+    let web = all_addresses_of(&services, "web");
+    let i = Topology::node_index(&old).unwrap();
+    let old_mac = lab.topo.node_mac(i).unwrap();
+    let (mut watch, out) = watch_claims(&lab, &web);
+    let pid = lab.speaker_pid(i).expect("the owner's speaker runs");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let frozen = std::time::Instant::now();
+    let new = lab
+        .wait(
+            CONVERGE,
+            "another node answering while the owner is frozen",
+            || lab.ask_from_client(ip).ok().filter(|a| *a != old),
+        )
+        .unwrap();
+    let taken_over = frozen.elapsed();
+    // While it stands still, its node is excluded (a drain that went on without it).
+    let client_api = lab.client();
+    let name = old.clone();
+    lab.block(async move {
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client_api);
+        let patch = serde_json::json!({
+            "metadata": {"labels": {ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB: ""}},
+        });
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    })
+    .expect("the Node is labelled");
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(frozen.elapsed()));
+    let woke_ns = unix_ns();
+    signal("-CONT");
+    // The segment is watched for 5 s after the wake, the client asking as clients do.
+    let woke = std::time::Instant::now();
+    let mut answers = Vec::new();
+    // Nor does the router learn a route through it again: BFD took its BGP session down while
+    // it stood still, and the session comes back after the wake, with nothing to announce
+    // from an excluded node.
+    let hops = [
+        IpAddr::from(ferrolb_tests::netns::topology::node_v4(i)),
+        IpAddr::from(ferrolb_tests::netns::topology::node_v6(i)),
+    ];
+    let mut routed = Vec::new();
+    while woke.elapsed() < Duration::from_secs(5) {
+        answers.push(lab.ask_from_client(ip));
+        routed.extend(
+            lab.router
+                .kernel_routes()
+                .into_iter()
+                .filter(|r| r.next_hops.iter().any(|h| hops.contains(h))),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    watch.kill();
+    assert!(
+        routed.is_empty(),
+        "the router routed through {old}: {routed:?}"
+    );
+    let claims = read_claims(&out);
+    let shown = |c: &Claim| {
+        format!(
+            "{:+.3} s {} {} {}",
+            (c.at_ns as f64 - woke_ns as f64) / 1e9,
+            c.kind,
+            c.addr,
+            c.mac
+        )
+    };
+    let stale: Vec<String> = claims
+        .iter()
+        .filter(|c| c.at_ns >= woke_ns && c.mac == old_mac)
+        .map(shown)
+        .collect();
+    let elsewhere = answers
+        .iter()
+        .filter(|a| a.as_ref().is_ok_and(|n| *n != old))
+        .count();
+    eprintln!(
+        "{old} frozen for 5 s and excluded meanwhile; {new} answered the client {:.2} s after \
+         the freeze; after the wake: {} claims by {old} (stale), {elsewhere} of {} requests \
+         answered by another node",
+        taken_over.as_secs_f64(),
+        stale.len(),
+        answers.len()
+    );
+    let log = lab.log_tail(&format!("speaker-{old}.log"), 400);
+    assert!(
+        stale.is_empty(),
+        "{old} woke and claimed web's addresses, which the others had moved and its Node no \
+         longer may hold:\n{}\n{}",
+        stale.join("\n"),
+        lab.log_tail(&format!("speaker-{old}.log"), 30)
+    );
+    assert!(
+        log.contains("is skipped, not sent late"),
+        "{old} said nothing of the announcements it missed:\n{}",
+        lab.log_tail(&format!("speaker-{old}.log"), 30)
+    );
+    assert_eq!(
+        elsewhere,
+        answers.len(),
+        "answers after the wake: {answers:?}"
+    );
+    // One MAC answers each of web's addresses, and not the woken node's.
+    for a in &web {
+        let macs = lab.topo.who_answers(*a).unwrap();
+        assert!(
+            macs.len() == 1 && macs[0] != old_mac,
+            "{a} answered by {macs:?} ({old} is {old_mac})"
+        );
+    }
+}
+
+/// The Unix time in nanoseconds of the first line of `log` (the speaker's, ANSI colours and
+/// all) containing `needle` at or after `since_ns`.
+fn logged_at(log: &str, needle: &str, since_ns: u128) -> Option<u128> {
+    log.lines().filter(|l| l.contains(needle)).find_map(|l| {
+        let plain: String = l
+            .split('\u{1b}')
+            .map(|part| part.split_once('m').map_or(part, |(_, rest)| rest))
+            .collect();
+        let stamp: jiff::Timestamp = plain.split_whitespace().next()?.parse().ok()?;
+        let ns = u128::try_from(stamp.as_nanosecond()).ok()?;
+        (ns >= since_ns).then_some(ns)
+    })
+}
+
+/// The owner wakes after the others declared it dead and took its addresses; once it has
+/// rejoined, it is their owner again (no preferences: the same node wins), and it announces
+/// them then, not before.
+#[test]
+fn an_owner_frozen_for_five_seconds_announces_its_addresses_only_once_it_has_rejoined() {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let (ip, old) = web_and_its_owner(&lab);
+    let services = addresses(&lab);
+    let web = all_addresses_of(&services, "web");
+    let i = Topology::node_index(&old).unwrap();
+    let old_mac = lab.topo.node_mac(i).unwrap();
+    let (mut watch, out) = watch_claims(&lab, &web);
+    let pid = lab.speaker_pid(i).expect("the owner's speaker runs");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let frozen = std::time::Instant::now();
+    lab.wait(
+        CONVERGE,
+        "another node answering while the owner is frozen",
+        || lab.ask_from_client(ip).ok().filter(|a| *a != old),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(frozen.elapsed()));
+    let woke_ns = unix_ns();
+    signal("-CONT");
+    let back = lab
+        .wait(
+            CONVERGE,
+            "the woken owner answering the client again",
+            || lab.ask_from_client(ip).ok().filter(|a| *a == old),
+        )
+        .map(|_| (unix_ns() - woke_ns) as f64 / 1e9);
+    watch.kill();
+    let log = lab.log_tail(&format!("speaker-{old}.log"), 400);
+    let rejoined = logged_at(&log, "it has rejoined", woke_ns);
+    let claims: Vec<Claim> = read_claims(&out)
+        .into_iter()
+        .filter(|c| c.at_ns >= woke_ns && c.mac == old_mac)
+        .collect();
+    let since = |ns: u128| (ns as f64 - woke_ns as f64) / 1e9;
+    eprintln!(
+        "{old} woke: rejoined at {:+.3} s, announced web at {:?} s, answered the client again \
+         at {back:?} s",
+        rejoined.map_or(f64::NAN, since),
+        claims.iter().map(|c| since(c.at_ns)).collect::<Vec<_>>()
+    );
+    let rejoined = rejoined.unwrap_or_else(|| {
+        panic!(
+            "{old} never said it rejoined:\n{}",
+            lab.log_tail(&format!("speaker-{old}.log"), 30)
+        )
+    });
+    assert!(!claims.is_empty(), "{old} never announced web again");
+    assert!(
+        claims.iter().all(|c| c.at_ns >= rejoined),
+        "{old} announced before it had rejoined: {claims:?}"
+    );
+    back.unwrap();
+    assert_eq!(lab.topo.who_answers(ip).unwrap(), vec![old_mac.clone()]);
+    for a in &web {
+        assert_eq!(lab.topo.who_answers(*a).unwrap().len(), 1, "{a}");
+    }
+}

@@ -20,6 +20,7 @@ pub(crate) struct Counters {
     pub read_errors: AtomicU64,
     pub multicast_errors: AtomicU64,
     pub reopened: AtomicU64,
+    pub stale_announcements_skipped: AtomicU64,
     pub drops: [AtomicU64; DropReason::ALL.len()],
 }
 
@@ -52,6 +53,7 @@ impl Counters {
             read_errors: get(&self.read_errors),
             multicast_errors: get(&self.multicast_errors),
             reopened: get(&self.reopened),
+            stale_announcements_skipped: get(&self.stale_announcements_skipped),
             drops: DropReason::ALL
                 .iter()
                 .zip(&self.drops)
@@ -92,6 +94,9 @@ pub struct CounterSnapshot {
     /// Ports opened again on an interface that had one (re-created, MAC changed, back up,
     /// or its socket failed).
     pub reopened: u64,
+    /// Announcements skipped because they were missed by more than
+    /// [`super::schedule::STALE_AFTER`] (the speaker stood still).
+    pub stale_announcements_skipped: u64,
     /// Frames dropped by the parser, per reason (reasons with a zero count are left out).
     pub drops: BTreeMap<DropReason, u64>,
 }

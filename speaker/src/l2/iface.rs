@@ -106,7 +106,7 @@ pub fn diagnose(
         Interfaces::Named(_) | Interfaces::BySubnet => {
             for i in host
                 .iter()
-                .filter(|i| i.networks.iter().any(|n| n.contains(&ip)))
+                .filter(|i| i.networks.iter().any(|n| holds(n, ip)))
             {
                 consider(&i.name, Some(i));
             }
@@ -126,6 +126,13 @@ pub fn diagnose(
     } else {
         Ok(usable.into_iter().collect())
     }
+}
+
+/// Whether `network`, configured on an interface, is a subnet holding `ip`. A host address
+/// (/32, /128) is no subnet: an interface that carries a Service address itself, as kube-proxy
+/// in IPVS mode puts every one on `kube-ipvs0`, is not the segment its neighbours ask on.
+fn holds(network: &IpNet, ip: IpAddr) -> bool {
+    network.prefix_len() < network.max_prefix_len() && network.contains(&ip)
 }
 
 /// Every non-loopback interface with its subnets of `ip`'s family, for
@@ -247,6 +254,28 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_interface_carrying_the_service_address_itself_is_not_its_segment() {
+        // kube-proxy in IPVS mode puts every Service address on kube-ipvs0 as a host address;
+        // here it is not even NOARP, as a veth standing in for it is not.
+        let mut h = host();
+        h.push(eth(
+            "kube-ipvs0",
+            &["10.99.0.100/32", "fd00:99::100/128", "10.99.9.9/32"],
+        ));
+        let by_subnet = |a: &str| diagnose(ip(a), &Interfaces::BySubnet, &h);
+        assert_eq!(by_subnet("10.99.0.100"), Ok(vec!["eth0".to_string()]));
+        assert_eq!(by_subnet("fd00:99::100"), Ok(vec!["eth0".to_string()]));
+        assert!(
+            matches!(
+                by_subnet("10.99.9.9"),
+                Err(InterfaceProblem::NoSubnet { .. })
+            ),
+            "{:?}",
+            by_subnet("10.99.9.9")
+        );
     }
 
     fn named(names: &[&str]) -> Interfaces {

@@ -953,12 +953,17 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
         let now = Instant::now();
         let ports = lock(&inner.ports).clone();
         for ((ip, name), a) in state.iter_mut() {
-            let due = schedule::due(a.taken_at, now);
-            if due <= a.sent {
-                continue;
+            match schedule::step(a.taken_at, a.sent, now) {
+                schedule::Step::Wait => continue,
+                schedule::Step::Send { sent } => a.sent = sent,
+                schedule::Step::Skip { sent, late } => {
+                    a.sent = sent;
+                    Counters::bump(&inner.counters.stale_announcements_skipped);
+                    tracing::warn!(%ip, interface = %name, late = ?late,
+                        "an announcement missed while this speaker stood still is skipped, not sent late: the others may have moved the address meanwhile");
+                    continue;
+                }
             }
-            // Several due at once only after a stall: one announcement covers them.
-            a.sent = due;
             // An address being handed over is answered, never announced again.
             if inner.in_handover(*ip).0 {
                 continue;

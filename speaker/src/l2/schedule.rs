@@ -41,6 +41,50 @@ pub fn due(taken_at: Instant, now: Instant) -> usize {
     ANNOUNCE_OFFSETS.iter().filter(|o| **o <= elapsed).count()
 }
 
+/// How late an announcement may go out. One due longer ago than this was missed because the
+/// whole speaker stood still (a frozen process, a VM paused, a stalled host): meanwhile the
+/// others may have declared this node dead and moved its addresses, so announcing them late
+/// would pull the neighbours back to a node that no longer owns them. Well below the time the
+/// others take to declare a silent node dead (80 ms probes, 150 ms suspicion), and far above
+/// what a busy machine delays a thread by.
+pub const STALE_AFTER: Duration = Duration::from_millis(200);
+
+/// What to do at `now` with the announcements of an address taken at `taken_at`, of which
+/// `sent` have gone out (or been skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing is due.
+    Wait,
+    /// Send one announcement; the schedule then stands at `sent` (several due at once after a
+    /// short delay: one announcement covers them).
+    Send {
+        /// The new count of announcements done.
+        sent: usize,
+    },
+    /// The due announcements were missed by more than [`STALE_AFTER`]: skip them, send nothing.
+    Skip {
+        /// The new count of announcements done.
+        sent: usize,
+        /// How late the latest of them is.
+        late: Duration,
+    },
+}
+
+/// The [`Step`] for an address taken at `taken_at` with `sent` announcements done, at `now`.
+pub fn step(taken_at: Instant, sent: usize, now: Instant) -> Step {
+    let due = due(taken_at, now);
+    if due <= sent {
+        return Step::Wait;
+    }
+    let latest = taken_at + ANNOUNCE_OFFSETS[due - 1];
+    let late = now.saturating_duration_since(latest);
+    if late > STALE_AFTER {
+        Step::Skip { sent: due, late }
+    } else {
+        Step::Send { sent: due }
+    }
+}
+
 /// When the announcement after the first `sent` ones is due, or `None` when the schedule is done.
 pub fn next_at(taken_at: Instant, sent: usize) -> Option<Instant> {
     ANNOUNCE_OFFSETS.get(sent).map(|o| taken_at + *o)
@@ -83,6 +127,33 @@ mod tests {
     fn a_clock_read_before_the_take_counts_as_the_take() {
         let t = Instant::now() + Duration::from_secs(10);
         assert_eq!(due(t, t - Duration::from_secs(5)), 1);
+    }
+
+    #[test]
+    fn an_announcement_a_little_late_goes_out_and_covers_the_ones_due_with_it() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        assert_eq!(step(t, 0, t), Step::Send { sent: 1 });
+        assert_eq!(step(t, 1, ms(499)), Step::Wait);
+        assert_eq!(step(t, 1, ms(650)), Step::Send { sent: 2 });
+        assert_eq!(step(t, 1, ms(1150)), Step::Send { sent: 3 });
+    }
+
+    #[test]
+    fn announcements_missed_while_the_speaker_stood_still_are_skipped_not_sent_late() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        // Frozen from 1.5 s to 6.5 s: the ones due at 2 s and 4 s are 2.5 s late at the wake.
+        assert_eq!(
+            step(t, 3, ms(6500)),
+            Step::Skip {
+                sent: 5,
+                late: Duration::from_millis(2500)
+            }
+        );
+        // Just over the limit is a stall too; the schedule is then done.
+        assert!(matches!(step(t, 1, ms(701)), Step::Skip { sent: 2, .. }));
+        assert_eq!(step(t, 5, ms(60_000)), Step::Wait);
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub struct Gossip {
     live: watch::Receiver<BTreeSet<String>>,
     states: watch::Receiver<States>,
     counters: watch::Receiver<MembershipCounters>,
+    rejoined: watch::Receiver<u64>,
     seeds: watch::Sender<Vec<(String, SocketAddr)>>,
     local_state: watch::Sender<Vec<u8>>,
     keys: watch::Sender<KeyRing>,
@@ -83,6 +84,7 @@ impl Gossip {
         let (live_tx, live) = watch::channel(core.live_nodes());
         let (states_tx, states) = watch::channel(core.states());
         let (counters_tx, counters) = watch::channel(MembershipCounters::default());
+        let (rejoined_tx, rejoined) = watch::channel(0u64);
         let (seeds, seeds_rx) = watch::channel(Vec::new());
         let (local_state, local_state_rx) = watch::channel(Vec::new());
         let (keys, keys_rx) = watch::channel(keys);
@@ -98,12 +100,14 @@ impl Gossip {
                 live: live_tx,
                 states: states_tx,
                 counters: counters_tx,
+                rejoined: rejoined_tx,
             },
         ));
         Ok(Gossip {
             live,
             states,
             counters,
+            rejoined,
             seeds,
             local_state,
             keys,
@@ -166,6 +170,12 @@ impl Gossip {
         self.states.clone()
     }
 
+    /// A watch of how often this member rejoined after the others had declared it dead (it
+    /// stood still, or was cut off): [`MembershipCounters::rejoined`], sent only when it grows.
+    pub fn rejoined(&self) -> watch::Receiver<u64> {
+        self.rejoined.clone()
+    }
+
     /// The counters at this moment.
     pub fn counters(&self) -> MembershipCounters {
         self.counters.borrow().clone()
@@ -195,6 +205,7 @@ struct Watches {
     live: watch::Sender<BTreeSet<String>>,
     states: watch::Sender<States>,
     counters: watch::Sender<MembershipCounters>,
+    rejoined: watch::Sender<u64>,
 }
 
 /// Replaces the watched value when it differs, so receivers wake only on a change.
@@ -274,5 +285,6 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
         if watches.counters.borrow().ne(core.counters()) {
             watches.counters.send_replace(core.counters().clone());
         }
+        publish(&watches.rejoined, core.counters().rejoined);
     }
 }

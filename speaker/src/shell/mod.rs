@@ -188,6 +188,20 @@ impl Speaker {
         self.config_report.subscribe()
     }
 
+    /// Announces this node's layer-2 addresses again, from the start of the schedule: call it
+    /// when the others had declared this node dead and it rejoined (it stood still, or was cut
+    /// off). They moved its addresses meanwhile and now give them back, but here ownership never
+    /// changed, so nothing else would tell the neighbours to come back.
+    pub fn announce_again(&self) {
+        if let Some(r) = self
+            .responder
+            .as_ref()
+            .filter(|_| !self.answering.is_empty())
+        {
+            r.announce_again();
+        }
+    }
+
     /// The addresses this node was elected for but cannot answer for (to publish over gossip).
     pub fn unable_here(&self) -> &BTreeSet<IpAddr> {
         &self.unable_here
