@@ -3,7 +3,9 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use ferrolb_speaker::bgp::fsm::{CONNECT_TIMEOUT, Event, NotAnnounced, OPEN_HOLD_TIME};
+use ferrolb_speaker::bgp::fsm::{
+    CONNECT_TIMEOUT, Event, NotAnnounced, OPEN_HOLD_TIME, STABLE_SESSION,
+};
 use ferrolb_speaker::bgp::open::{Capability, Open};
 use ferrolb_speaker::bgp::update::EncodeError;
 use ferrolb_speaker::bgp::wire::{
@@ -481,8 +483,8 @@ fn a_closed_connection_in_opensent_goes_idle_and_retries() {
     assert!(timer_set(&out, Timer::ConnectRetry).is_some());
 }
 
-#[test]
-fn reaching_established_resets_the_back_off() {
+/// Three failed connects, then a session reaches Established; returns the harness there.
+fn established_after_three_failures() -> Harness {
     let mut h = Harness::new(config());
     h.feed(Input::Start);
     for _ in 0..3 {
@@ -499,7 +501,58 @@ fn reaching_established_resets_the_back_off() {
     h.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
     h.feed(Input::Received(keepalive()));
     assert_eq!(h.s.state(), State::Established);
+    h
+}
+
+#[test]
+fn a_session_that_stayed_established_resets_the_back_off() {
+    let mut h = established_after_three_failures();
+    h.advance(STABLE_SESSION);
     let out = h.feed(Input::Closed);
+    let at = timer_set(&out, Timer::ConnectRetry).unwrap();
+    assert_eq!(at - h.now, Duration::from_secs(1));
+}
+
+#[test]
+fn a_session_that_ends_soon_after_established_counts_as_a_failure() {
+    let mut h = established_after_three_failures();
+    h.advance(Duration::from_secs(1));
+    let out = h.feed(Input::Closed);
+    let at = timer_set(&out, Timer::ConnectRetry).unwrap();
+    assert_eq!(at - h.now, Duration::from_secs(8));
+}
+
+#[test]
+fn a_peer_that_flaps_every_second_is_retried_ever_later_up_to_two_minutes() {
+    let mut h = Harness::new(config());
+    h.feed(Input::Start);
+    let mut delays = vec![];
+    for _ in 0..10 {
+        h.feed(Input::Connected {
+            local: "10.99.0.1:40000".parse().unwrap(),
+            remote: "10.99.0.2:179".parse().unwrap(),
+            other_family: None,
+        });
+        h.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
+        h.feed(Input::Received(keepalive()));
+        assert_eq!(h.s.state(), State::Established);
+        h.advance(Duration::from_secs(1));
+        let out = h.feed(Input::Closed);
+        let at = timer_set(&out, Timer::ConnectRetry).unwrap();
+        delays.push((at - h.now).as_secs());
+        h.now = at;
+        h.feed(Input::TimerExpired(Timer::ConnectRetry));
+    }
+    assert_eq!(delays, vec![1, 2, 4, 8, 16, 32, 64, 120, 120, 120]);
+}
+
+#[test]
+fn a_stop_after_a_stable_session_starts_the_next_one_with_the_base_delay() {
+    let mut h = established_after_three_failures();
+    h.advance(STABLE_SESSION);
+    h.feed(Input::Stop(CeaseReason::OtherConfigurationChange));
+    h.feed(Input::Start);
+    let out = h.feed(Input::ConnectFailed);
     let at = timer_set(&out, Timer::ConnectRetry).unwrap();
     assert_eq!(at - h.now, Duration::from_secs(1));
 }

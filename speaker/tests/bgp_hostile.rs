@@ -296,7 +296,9 @@ async fn expect_closed(s: &mut TcpStream) {
 async fn every_malformed_message_class_gets_its_notification_and_a_reconnect() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (speaker, id) = start(port, Duration::from_millis(20)).await;
+    // Each ended session doubles the back-off (none lasts STABLE_SESSION): 1 ms doubled ten
+    // times stays within the step.
+    let (speaker, id) = start(port, Duration::from_millis(1)).await;
     for case in cases() {
         let mut s = accept(&listener, case.stage).await;
         s.write_all(&case.bytes).await.unwrap();
@@ -369,8 +371,22 @@ async fn memory_stays_flat_across_many_hostile_sessions() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port: u16 = listener.local_addr().unwrap().port();
     let (speaker, _) = start(port, Duration::from_millis(5)).await;
-    let run = async |rounds: usize| {
+    // The same peer ending session after session is retried ever later (STABLE_SESSION): each
+    // round configures it anew, under another name, as a fresh session that connects at once.
+    let mut round = 0;
+    let mut run = async |rounds: usize| {
         for i in 0..rounds {
+            round += 1;
+            let mut cfg = PeerConfig::new(
+                &format!("hostile-{round}"),
+                OUR_AS,
+                PEER_AS,
+                "127.0.0.1".parse().unwrap(),
+            );
+            cfg.peer_port = port;
+            cfg.connect_retry = Duration::from_millis(5);
+            cfg.ebgp_multihop = true;
+            speaker.set_peers(vec![cfg]);
             let mut s = accept(&listener, Stage::Established).await;
             // A header announcing a full-size UPDATE, then garbage in bulk: the speaker may keep
             // one message's worth, never the flood.
@@ -389,5 +405,103 @@ async fn memory_stays_flat_across_many_hostile_sessions() {
         after < before + 8 * 1024,
         "RSS grew from {before} KiB to {after} KiB over 100 hostile sessions"
     );
+    speaker.shutdown().await;
+}
+
+/// Reads messages until an UPDATE; fails after [`STEP`].
+async fn read_update(s: &mut TcpStream) -> Vec<u8> {
+    loop {
+        let m = timeout(STEP, read_message(s))
+            .await
+            .expect("the speaker sends an UPDATE in time")
+            .expect("the connection stays open");
+        if m[18] == 2 {
+            return m;
+        }
+    }
+}
+
+/// Writes `count` distinct IPv4 /32 routes (10.0.0.0 onwards), packed into full UPDATEs.
+async fn send_routes(s: &mut TcpStream, first: u32, count: u32) {
+    let attrs = [&ORIGIN_OK[..], &AS_PATH_OK, &NEXT_HOP_OK].concat();
+    let per_message = (4096 - 19 - 4 - attrs.len()) / 5;
+    let mut next = first;
+    let end = first + count;
+    let mut buf = Vec::with_capacity(64 * 4096);
+    while next < end {
+        let n = (end - next).min(per_message as u32);
+        let mut nlri = Vec::with_capacity(5 * n as usize);
+        for a in next..next + n {
+            nlri.push(32);
+            nlri.extend_from_slice(&(0x0a00_0000 + a).to_be_bytes());
+        }
+        buf.extend(update(&update_body(&[&attrs], &nlri)));
+        next += n;
+        if buf.len() > 60 * 4096 {
+            s.write_all(&buf).await.unwrap();
+            buf.clear();
+        }
+    }
+    s.write_all(&buf).await.unwrap();
+}
+
+/// A ROUTE-REFRESH for IPv4 unicast: the speaker answers it with its routes, after reading
+/// everything sent before it.
+async fn round_trip(s: &mut TcpStream) {
+    let mut rr = header(23, 5);
+    rr.extend_from_slice(&[0, 1, 0, 1]);
+    s.write_all(&rr).await.unwrap();
+    read_update(s).await;
+}
+
+#[tokio::test]
+async fn a_peer_that_sends_a_million_routes_keeps_its_session_costs_no_memory_and_disturbs_no_other()
+ {
+    let hostile = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let quiet = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peer = |name: &str, port: u16| {
+        let mut cfg = PeerConfig::new(name, OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
+        cfg.peer_port = port;
+        cfg.connect_retry = Duration::from_millis(20);
+        cfg.ebgp_multihop = true;
+        cfg
+    };
+    let speaker = BgpSpeaker::new();
+    speaker.set_peers(vec![
+        peer("hostile", hostile.local_addr().unwrap().port()),
+        peer("quiet", quiet.local_addr().unwrap().port()),
+    ]);
+    let mut h = accept(&hostile, Stage::Established).await;
+    let _q = accept(&quiet, Stage::Established).await;
+    let ours = ferrolb_speaker::bgp::Advertisement::new("10.99.1.1/32".parse().unwrap());
+    speaker.set_advertisements(&PeerId("hostile".into()), vec![ours]);
+    read_update(&mut h).await;
+    // Warm up (buffers, allocator), then a million routes: an announce-only speaker keeps none.
+    send_routes(&mut h, 0, 20_000).await;
+    round_trip(&mut h).await;
+    let before = rss_kib();
+    let started = std::time::Instant::now();
+    send_routes(&mut h, 20_000, 1_000_000).await;
+    round_trip(&mut h).await;
+    let took = started.elapsed();
+    let after = rss_kib();
+    eprintln!(
+        "1,000,000 routes read in {took:?}; RSS {before} KiB before, {after} KiB after (the \
+         test process: speaker, peer and harness)"
+    );
+    assert!(
+        after < before + 8 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over a million routes"
+    );
+    let states = speaker.session_states();
+    for (id, status) in &states {
+        assert_eq!(
+            status.state,
+            ferrolb_speaker::bgp::State::Established,
+            "{id}"
+        );
+        assert_eq!(status.established_count, 1, "{id}: never reset");
+        assert!(status.notifications_sent.is_empty(), "{id}: {status:?}");
+    }
     speaker.shutdown().await;
 }

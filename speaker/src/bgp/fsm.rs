@@ -31,6 +31,12 @@ use super::wire::{
 pub const OPEN_HOLD_TIME: Duration = Duration::from_secs(240);
 /// How long one TCP connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a session must stay Established for its end to count as a fresh start: reconnect
+/// after the base delay. A session that ends sooner (a peer that flaps, resets every session
+/// it accepts, or drops it on a configuration it refuses) counts as one more failure, so the
+/// back-off keeps growing up to [`MAX_CONNECT_RETRY`] instead of reconnecting at the base
+/// rate for ever.
+pub const STABLE_SESSION: Duration = Duration::from_secs(30);
 
 /// Session states (RFC 4271 §8.2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -195,6 +201,7 @@ pub struct Session {
     state: State,
     stopped: bool,
     failures: u32,
+    established_at: Option<Instant>,
     deadlines: [Option<Instant>; 3],
     rx: Vec<u8>,
     local: Option<SocketAddr>,
@@ -212,6 +219,7 @@ impl Session {
             state: State::Idle,
             stopped: true,
             failures: 0,
+            established_at: None,
             deadlines: [None; 3],
             rx: Vec::new(),
             local: None,
@@ -242,7 +250,8 @@ impl Session {
         &self.config
     }
 
-    /// Delay before the next reconnect: the configured base doubled per consecutive failure.
+    /// Delay before the next reconnect: the configured base doubled per consecutive failure
+    /// (a session that ended within [`STABLE_SESSION`] of reaching Established is one).
     pub fn backoff(&self) -> Duration {
         let factor = 1u32 << self.failures.saturating_sub(1).min(16);
         self.config
@@ -261,7 +270,7 @@ impl Session {
                     self.connect(now, &mut out);
                 }
             }
-            Input::Stop(reason) => self.stop(reason, &mut out),
+            Input::Stop(reason) => self.stop(now, reason, &mut out),
             Input::Connected {
                 local,
                 other_family,
@@ -328,8 +337,20 @@ impl Session {
         self.goto(State::Connect, out);
     }
 
-    fn stop(&mut self, reason: CeaseReason, out: &mut Vec<Output>) {
+    /// A session that stayed Established for [`STABLE_SESSION`] clears the failure count.
+    fn session_ended(&mut self, now: Instant) {
+        if self
+            .established_at
+            .take()
+            .is_some_and(|at| now.saturating_duration_since(at) >= STABLE_SESSION)
+        {
+            self.failures = 0;
+        }
+    }
+
+    fn stop(&mut self, now: Instant, reason: CeaseReason, out: &mut Vec<Output>) {
         self.stopped = true;
+        self.session_ended(now);
         if matches!(
             self.state,
             State::OpenSent | State::OpenConfirm | State::Established
@@ -370,6 +391,7 @@ impl Session {
         self.cancel_timer(Timer::Hold, out);
         self.cancel_timer(Timer::Keepalive, out);
         self.reset_connection();
+        self.session_ended(now);
         self.failures += 1;
         if !self.stopped {
             self.set_timer(Timer::ConnectRetry, now + self.backoff(), out);
@@ -514,7 +536,8 @@ impl Session {
             ),
             (State::OpenConfirm, Message::Keepalive) => {
                 self.restart_hold(now, out);
-                self.failures = 0;
+                // The back-off starts again only once the session has proved stable.
+                self.established_at = Some(now);
                 self.goto(State::Established, out);
                 self.sync(out);
                 let families = self.negotiated.as_ref().map(|n| n.families.clone());
