@@ -450,3 +450,94 @@ fn cutting_the_link_is_detected_within_a_second_by_both_sides() {
     }
     probe.shutdown();
 }
+
+/// Floods the speaker's BFD port from the router's namespace for `secs` seconds: garbage,
+/// well-formed control packets with discriminators no session has (TTL 255, as a router on
+/// the link sends), and packets with a TTL below 255. Returns how many were sent.
+fn flood_bfd(lab: &Lab, secs: f64) -> u64 {
+    let script = format!(
+        r#"
+import os, random, socket, struct, time
+targets = [("{SPEAKER_V4}", socket.AF_INET), ("{SPEAKER_V6}", socket.AF_INET6)]
+socks = []
+for addr, fam in targets:
+    for ttl in (255, 64):
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+        if fam == socket.AF_INET:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+        else:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, ttl)
+        socks.append((s, addr))
+sent = 0
+end = time.time() + {secs}
+while time.time() < end:
+    for s, addr in socks:
+        kind = sent % 3
+        if kind == 0:
+            data = os.urandom(random.randint(0, 64))
+        else:
+            # version 1, state Up, detect mult 3, length 24, random discriminators
+            data = struct.pack("!BBBBIIIII", 0x20, 0xC0, 3, 24, random.randint(1, 2**32 - 1),
+                               random.randint(1, 2**32 - 1), 300000, 300000, 0)
+        try:
+            s.sendto(data, (addr, 3784))
+            sent += 1
+        except OSError:
+            pass
+print(sent)
+"#
+    );
+    let out = lab.router_cmd(&["python3", "-c", &script]);
+    out.trim()
+        .lines()
+        .last()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("the flood did not run: {out}"))
+}
+
+#[test]
+fn a_flood_at_the_bfd_port_moves_no_session_and_is_counted() {
+    let d = Daemon::Bird;
+    if skip(d, &["python3"]) {
+        return;
+    }
+    let mut lab = Lab::new("bfd-flood");
+    d.start(&mut lab);
+    let mut probe = BfdProbe::start(&lab);
+    wait_up_and_fast(d, &lab, &mut probe);
+    let sent = std::thread::scope(|s| {
+        let flood = s.spawn(|| flood_bfd(&lab, 5.0));
+        // Any state line other than Up during the flood is a session it moved.
+        let moved = probe.until(Duration::from_secs(6), |p| !p.all_in("Up"));
+        assert!(moved.is_none(), "a session left Up: {:?}", probe.states);
+        flood.join().unwrap()
+    });
+    assert!(
+        d.all_in(&lab, "up"),
+        "the daemon's side: {:?}",
+        d.sessions(&lab)
+    );
+    assert!(probe.refresh_statuses(), "the probe gave no status");
+    let dropped: u64 = probe
+        .statuses
+        .values()
+        .flat_map(|s| s["dropped"].as_object().cloned().unwrap_or_default())
+        .filter_map(|(_, n)| n.as_u64())
+        .sum();
+    eprintln!(
+        "{sent} packets in 5 s at the BFD port: both sessions stayed Up on both sides; {dropped} \
+         dropped and counted: {:?}",
+        probe
+            .statuses
+            .iter()
+            .map(|(r, s)| (r.clone(), s["dropped"].clone()))
+            .collect::<Vec<_>>()
+    );
+    assert!(sent > 1000, "only {sent} packets sent");
+    assert!(
+        dropped > 0,
+        "nothing counted as dropped: {:?}",
+        probe.statuses
+    );
+    assert!(probe.shutdown());
+}
