@@ -1,16 +1,18 @@
 //! One test per session state transition (RFC 4271 §8), driven through the pure state machine.
 
+mod bgp_support;
+
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use bgp_support::outputs::sent_messages;
 use ferrolb_speaker::bgp::fsm::{
     CONNECT_TIMEOUT, Event, NotAnnounced, OPEN_HOLD_TIME, STABLE_SESSION,
 };
 use ferrolb_speaker::bgp::open::{Capability, Open};
 use ferrolb_speaker::bgp::update::EncodeError;
 use ferrolb_speaker::bgp::wire::{
-    DecodeContext, Family, Message, RouteRefresh, decode_message, encode_keepalive,
-    encode_route_refresh,
+    Family, Message, RouteRefresh, encode_keepalive, encode_route_refresh,
 };
 use ferrolb_speaker::bgp::{
     Advertisement, CeaseReason, Input, Notification, Output, PeerConfig, Session, State, Timer,
@@ -87,27 +89,21 @@ impl Harness {
         self.open_confirm(90);
         self.feed(Input::Received(keepalive()))
     }
+    /// From Connect (after a start or a retry): the connection, the peer's OPEN and
+    /// KEEPALIVE, and Established.
+    fn connect_and_establish(&mut self) {
+        self.feed(Input::Connected {
+            local: "10.99.0.1:40000".parse().unwrap(),
+            remote: "10.99.0.2:179".parse().unwrap(),
+            other_family: None,
+        });
+        self.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
+        self.feed(Input::Received(keepalive()));
+        assert_eq!(self.s.state(), State::Established);
+    }
     fn advance(&mut self, d: Duration) {
         self.now += d;
     }
-}
-
-fn sent_messages(out: &[Output]) -> Vec<Message> {
-    let ctx = DecodeContext {
-        four_octet_as: true,
-    };
-    let mut v = vec![];
-    for o in out {
-        if let Output::Send(b) = o {
-            let mut b = &b[..];
-            while !b.is_empty() {
-                let (m, n) = decode_message(b, ctx).unwrap().unwrap();
-                v.push(m);
-                b = &b[n..];
-            }
-        }
-    }
-    v
 }
 
 fn notification(out: &[Output]) -> Option<Notification> {
@@ -493,14 +489,7 @@ fn established_after_three_failures() -> Harness {
         h.feed(Input::TimerExpired(Timer::ConnectRetry));
     }
     assert_eq!(h.s.backoff(), Duration::from_secs(4));
-    h.feed(Input::Connected {
-        local: "10.99.0.1:40000".parse().unwrap(),
-        remote: "10.99.0.2:179".parse().unwrap(),
-        other_family: None,
-    });
-    h.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
-    h.feed(Input::Received(keepalive()));
-    assert_eq!(h.s.state(), State::Established);
+    h.connect_and_establish();
     h
 }
 
@@ -528,14 +517,7 @@ fn a_peer_that_flaps_every_second_is_retried_ever_later_up_to_two_minutes() {
     h.feed(Input::Start);
     let mut delays = vec![];
     for _ in 0..10 {
-        h.feed(Input::Connected {
-            local: "10.99.0.1:40000".parse().unwrap(),
-            remote: "10.99.0.2:179".parse().unwrap(),
-            other_family: None,
-        });
-        h.feed(Input::Received(peer_open(PEER_AS, 90, full_caps(PEER_AS))));
-        h.feed(Input::Received(keepalive()));
-        assert_eq!(h.s.state(), State::Established);
+        h.connect_and_establish();
         h.advance(Duration::from_secs(1));
         let out = h.feed(Input::Closed);
         let at = timer_set(&out, Timer::ConnectRetry).unwrap();

@@ -1,14 +1,15 @@
 //! The pure session with `localASN` and single-family sessions: what the OPEN offers, which
 //! AS_PATH our routes carry, when a session is iBGP, and which families are announced.
 
+mod bgp_support;
+
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
+use bgp_support::outputs::{sent_bytes, sent_messages};
 use ferrolb_speaker::bgp::fsm::{Event, NotAnnounced};
 use ferrolb_speaker::bgp::open::{AS_TRANS, Capability, Open};
-use ferrolb_speaker::bgp::wire::{
-    DecodeContext, Family, Message, decode_message, encode_keepalive,
-};
+use ferrolb_speaker::bgp::wire::{Family, Message, encode_keepalive};
 use ferrolb_speaker::bgp::{Advertisement, Input, Output, PeerConfig, Session, State};
 
 const MY_AS: u32 = 64512;
@@ -49,34 +50,6 @@ fn keepalive() -> Vec<u8> {
     b
 }
 
-fn messages(out: &[Output]) -> Vec<Message> {
-    let ctx = DecodeContext {
-        four_octet_as: true,
-    };
-    let mut v = vec![];
-    for o in out {
-        if let Output::Send(b) = o {
-            let mut b = &b[..];
-            while !b.is_empty() {
-                let (m, n) = decode_message(b, ctx).unwrap().unwrap();
-                v.push(m);
-                b = &b[n..];
-            }
-        }
-    }
-    v
-}
-
-fn sent_bytes(out: &[Output]) -> Vec<u8> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Send(b) => Some(b.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
-
 struct Harness {
     s: Session,
     now: Instant,
@@ -107,7 +80,7 @@ impl Harness {
             remote: "10.99.0.2:179".parse().unwrap(),
             other_family: Some("fd00:99::1".parse().unwrap()),
         });
-        messages(&out)
+        sent_messages(&out)
             .into_iter()
             .find_map(|m| match m {
                 Message::Open(o) => Some(o),
@@ -228,7 +201,7 @@ fn dynamic_external_with_local_asn_refuses_only_a_peer_in_the_local_asn() {
     let out = same.establish(LOCAL_AS);
     assert_eq!(same.s.state(), State::Idle);
     assert!(
-        messages(&out)
+        sent_messages(&out)
             .iter()
             .any(|m| matches!(m, Message::Notification(n) if (n.code, n.subcode) == (2, 2))),
         "Bad Peer AS"

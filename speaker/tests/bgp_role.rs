@@ -2,15 +2,16 @@
 //! the capability we send, the pairs we accept, the NOTIFICATION for the others, and the OTC
 //! attribute on what we announce.
 
+mod bgp_support;
+
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
+use bgp_support::outputs::{sent_bytes, sent_messages};
 use ferrolb_speaker::bgp::config::Role;
 use ferrolb_speaker::bgp::fsm::Event;
 use ferrolb_speaker::bgp::open::{Capability, Open};
-use ferrolb_speaker::bgp::wire::{
-    DecodeContext, Family, Message, decode_message, encode_keepalive,
-};
+use ferrolb_speaker::bgp::wire::{Family, Message, encode_keepalive};
 use ferrolb_speaker::bgp::{Advertisement, Input, Output, PeerConfig, Session, State};
 
 const OUR_AS: u32 = 64512;
@@ -40,34 +41,6 @@ fn open_with_roles(asn: u32, roles: &[u8]) -> Vec<u8> {
     b
 }
 
-fn messages(out: &[Output]) -> Vec<Message> {
-    let ctx = DecodeContext {
-        four_octet_as: true,
-    };
-    let mut v = vec![];
-    for o in out {
-        if let Output::Send(b) = o {
-            let mut b = &b[..];
-            while !b.is_empty() {
-                let (m, n) = decode_message(b, ctx).unwrap().unwrap();
-                v.push(m);
-                b = &b[n..];
-            }
-        }
-    }
-    v
-}
-
-fn sent_bytes(out: &[Output]) -> Vec<u8> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Send(b) => Some(b.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
-
 /// Starts a session, connects it, and returns our OPEN and what the peer's OPEN (with `roles`,
 /// from AS `asn`) brought.
 fn exchange(cfg: PeerConfig, asn: u32, roles: &[u8]) -> (Session, Open, Vec<Output>) {
@@ -86,7 +59,7 @@ fn exchange(cfg: PeerConfig, asn: u32, roles: &[u8]) -> (Session, Open, Vec<Outp
             other_family: None,
         },
     );
-    let ours = messages(&out)
+    let ours = sent_messages(&out)
         .into_iter()
         .find_map(|m| match m {
             Message::Open(o) => Some(o),
@@ -104,7 +77,7 @@ fn establish(s: &mut Session) -> Vec<Output> {
 }
 
 fn role_mismatch_words(out: &[Output]) -> Option<String> {
-    let sent = messages(out).into_iter().find_map(|m| match m {
+    let sent = sent_messages(out).into_iter().find_map(|m| match m {
         Message::Notification(n) => Some(n),
         _ => None,
     })?;

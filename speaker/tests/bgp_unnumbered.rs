@@ -51,15 +51,7 @@ mod session {
         b
     }
 
-    fn sent(out: &[Output]) -> Vec<u8> {
-        out.iter()
-            .filter_map(|o| match o {
-                Output::Send(b) => Some(b.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    }
+    use super::bgp_support::outputs::sent_bytes as sent;
 
     /// Connects `config` from fe80::1 and returns our OPEN, decoded.
     fn our_open(session: &mut Session, now: Instant) -> Open {

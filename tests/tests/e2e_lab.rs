@@ -1053,6 +1053,76 @@ fn unix_ns() -> u128 {
         .as_nanos()
 }
 
+/// `web`'s layer-2 owner, frozen (SIGSTOP) while `l2-watch` watches web's addresses from the
+/// client, once another node answers the client in its place.
+struct FrozenOwner {
+    /// web's first address, the one whose owner was frozen.
+    ip: IpAddr,
+    /// All of web's addresses.
+    web: Vec<IpAddr>,
+    /// The frozen owner, its index and its MAC.
+    old: String,
+    i: usize,
+    old_mac: String,
+    /// The node that answered the client instead, and how long after the freeze.
+    new: String,
+    taken_over: Duration,
+    /// The frozen speaker's process, and when it was stopped.
+    pid: u32,
+    frozen: std::time::Instant,
+    /// `l2-watch` and its output.
+    watch: ferrolb_tests::netns::Process,
+    out: std::path::PathBuf,
+}
+
+fn freeze_web_owner(lab: &Lab) -> FrozenOwner {
+    let (ip, old) = web_and_its_owner(lab);
+    let web = all_addresses_of(&addresses(lab), "web");
+    let i = Topology::node_index(&old).unwrap();
+    let old_mac = lab.topo.node_mac(i).unwrap();
+    let (watch, out) = watch_claims(lab, &web);
+    let pid = lab.speaker_pid(i).expect("the owner's speaker runs");
+    signal(pid, "-STOP");
+    let frozen = std::time::Instant::now();
+    let new = lab
+        .wait(
+            CONVERGE,
+            "another node answering while the owner is frozen",
+            || lab.ask_from_client(ip).ok().filter(|a| *a != old),
+        )
+        .unwrap();
+    FrozenOwner {
+        ip,
+        web,
+        old,
+        i,
+        old_mac,
+        new,
+        taken_over: frozen.elapsed(),
+        pid,
+        frozen,
+        watch,
+        out,
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Wakes (SIGCONT) the process `pid`, frozen at `frozen`, once it has stood still for `after`;
+/// returns the Unix time of the wake in nanoseconds.
+fn wake_after(pid: u32, frozen: std::time::Instant, after: Duration) -> u128 {
+    std::thread::sleep(after.saturating_sub(frozen.elapsed()));
+    let woke_ns = unix_ns();
+    signal(pid, "-CONT");
+    woke_ns
+}
+
 /// A stopped process (SIGSTOP: a VM paused, a host stalled, a debugger) keeps believing what
 /// it believed: a frozen owner wakes thinking it still owns its addresses, though the others
 /// moved them meanwhile, and here it was even excluded while it stood still. It must not pull
@@ -1062,30 +1132,19 @@ fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_sta
     let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
         return;
     };
-    let (ip, old) = web_and_its_owner(&lab);
-    let services = addresses(&lab);
-    let web = all_addresses_of(&services, "web");
-    let i = Topology::node_index(&old).unwrap();
-    let old_mac = lab.topo.node_mac(i).unwrap();
-    let (mut watch, out) = watch_claims(&lab, &web);
-    let pid = lab.speaker_pid(i).expect("the owner's speaker runs");
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
-    let frozen = std::time::Instant::now();
-    let new = lab
-        .wait(
-            CONVERGE,
-            "another node answering while the owner is frozen",
-            || lab.ask_from_client(ip).ok().filter(|a| *a != old),
-        )
-        .unwrap();
-    let taken_over = frozen.elapsed();
+    let FrozenOwner {
+        ip,
+        web,
+        old,
+        i,
+        old_mac,
+        new,
+        taken_over,
+        pid,
+        frozen,
+        mut watch,
+        out,
+    } = freeze_web_owner(&lab);
     // While it stands still, its node is excluded (a drain that went on without it).
     let client_api = lab.client();
     let name = old.clone();
@@ -1100,9 +1159,7 @@ fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_sta
             .map(|_| ())
     })
     .expect("the Node is labelled");
-    std::thread::sleep(Duration::from_secs(5).saturating_sub(frozen.elapsed()));
-    let woke_ns = unix_ns();
-    signal("-CONT");
+    let woke_ns = wake_after(pid, frozen, Duration::from_secs(5));
     // The segment is watched for 5 s after the wake, the client asking as clients do.
     let woke = std::time::Instant::now();
     let mut answers = Vec::new();
@@ -1206,31 +1263,18 @@ fn an_owner_frozen_for_five_seconds_announces_its_addresses_only_once_it_has_rej
     let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
         return;
     };
-    let (ip, old) = web_and_its_owner(&lab);
-    let services = addresses(&lab);
-    let web = all_addresses_of(&services, "web");
-    let i = Topology::node_index(&old).unwrap();
-    let old_mac = lab.topo.node_mac(i).unwrap();
-    let (mut watch, out) = watch_claims(&lab, &web);
-    let pid = lab.speaker_pid(i).expect("the owner's speaker runs");
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
-    let frozen = std::time::Instant::now();
-    lab.wait(
-        CONVERGE,
-        "another node answering while the owner is frozen",
-        || lab.ask_from_client(ip).ok().filter(|a| *a != old),
-    )
-    .unwrap();
-    std::thread::sleep(Duration::from_secs(5).saturating_sub(frozen.elapsed()));
-    let woke_ns = unix_ns();
-    signal("-CONT");
+    let FrozenOwner {
+        ip,
+        web,
+        old,
+        old_mac,
+        pid,
+        frozen,
+        mut watch,
+        out,
+        ..
+    } = freeze_web_owner(&lab);
+    let woke_ns = wake_after(pid, frozen, Duration::from_secs(5));
     let back = lab
         .wait(
             CONVERGE,

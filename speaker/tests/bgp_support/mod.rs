@@ -3,6 +3,7 @@
 
 pub mod guest;
 pub mod lab;
+pub mod outputs;
 
 use std::path::PathBuf;
 
