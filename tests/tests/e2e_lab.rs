@@ -1126,7 +1126,8 @@ fn wake_after(pid: u32, frozen: std::time::Instant, after: Duration) -> u128 {
 /// A stopped process (SIGSTOP: a VM paused, a host stalled, a debugger) keeps believing what
 /// it believed: a frozen owner wakes thinking it still owns its addresses, though the others
 /// moved them meanwhile, and here it was even excluded while it stood still. It must not pull
-/// the neighbours back with an announcement it missed while frozen.
+/// the neighbours back with an announcement it missed while frozen, nor answer the questions
+/// its sockets kept meanwhile.
 #[test]
 fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_stale_when_it_wakes() {
     let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
@@ -1159,6 +1160,11 @@ fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_sta
             .map(|_| ())
     })
     .expect("the Node is labelled");
+    // Neighbours ask meanwhile; the frozen node's packet sockets keep the questions.
+    for a in &web {
+        let macs = lab.topo.who_answers(*a).unwrap();
+        assert!(!macs.contains(&old_mac), "{a} answered by the frozen {old}");
+    }
     let woke_ns = wake_after(pid, frozen, Duration::from_secs(5));
     // The segment is watched for 5 s after the wake, the client asking as clients do.
     let woke = std::time::Instant::now();

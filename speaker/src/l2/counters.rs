@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub multicast_errors: AtomicU64,
     pub reopened: AtomicU64,
     pub stale_announcements_skipped: AtomicU64,
+    pub stale_requests: AtomicU64,
     pub drops: [AtomicU64; DropReason::ALL.len()],
 }
 
@@ -54,6 +55,7 @@ impl Counters {
             multicast_errors: get(&self.multicast_errors),
             reopened: get(&self.reopened),
             stale_announcements_skipped: get(&self.stale_announcements_skipped),
+            stale_requests: get(&self.stale_requests),
             drops: DropReason::ALL
                 .iter()
                 .zip(&self.drops)
@@ -97,6 +99,9 @@ pub struct CounterSnapshot {
     /// Announcements skipped because they were missed by more than
     /// [`super::schedule::STALE_AFTER`] (the speaker stood still).
     pub stale_announcements_skipped: u64,
+    /// Requests not answered because they were older than
+    /// [`super::responder::STALE_REQUEST`] when read (the speaker stood still).
+    pub stale_requests: u64,
     /// Frames dropped by the parser, per reason (reasons with a zero count are left out).
     pub drops: BTreeMap<DropReason, u64>,
 }

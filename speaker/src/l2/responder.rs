@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How often a blocked read wakes up to notice shutdown or its port's closing.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(200);
@@ -809,6 +809,35 @@ fn receive_loop(inner: &Inner, port: &Port, mut rx: Box<dyn DataLinkReceiver>) {
     }
 }
 
+/// A request older than this when read is not answered: it waited while the speaker stood
+/// still (a frozen process, a paused VM), the asker has retried or given up (ARP retries every
+/// second), and the others may have moved the address meanwhile. The readers run at real-time
+/// priority, so a busy machine delays them by far less.
+pub const STALE_REQUEST: Duration = Duration::from_millis(250);
+
+/// `SIOCGSTAMP` (`linux/sockios.h`; on 64-bit targets the same value as `SIOCGSTAMP_OLD`).
+const SIOCGSTAMP: u64 = 0x8906;
+
+/// When the kernel received the frame last read from `socket`'s packet socket (wall clock),
+/// if it says. The first call turns the socket's timestamps on.
+#[allow(unsafe_code)] // ioctl(2) has no safe wrapper in std or libc.
+fn received_at(socket: &Socket) -> Option<SystemTime> {
+    use std::os::fd::AsRawFd;
+    let mut tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    // SAFETY: SIOCGSTAMP writes one `struct timeval` through the pointer, which points at a
+    // live, properly aligned `timeval` on this stack; the descriptor is the port's own.
+    let r = unsafe { libc::ioctl(socket.as_raw_fd(), SIOCGSTAMP as _, &mut tv) };
+    if r != 0 {
+        return None;
+    }
+    let secs = u64::try_from(tv.tv_sec).ok()?;
+    let micros = u32::try_from(tv.tv_usec).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::new(secs, micros.checked_mul(1000)?))
+}
+
 /// Whether the port's interface still exists with the index the port is bound to.
 fn still_there(port: &Port) -> bool {
     datalink::interfaces()
@@ -853,6 +882,15 @@ fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
         .unwrap_or(false);
     if !owned || inner.in_handover(target).1 {
         Counters::bump(&c.not_owned);
+        return;
+    }
+    if let Some(age) =
+        received_at(&port.socket).and_then(|at| SystemTime::now().duration_since(at).ok())
+        && age > STALE_REQUEST
+    {
+        // Asked while this speaker stood still: the asker has retried or given up, and the
+        // others may have moved the address meanwhile.
+        Counters::bump(&c.stale_requests);
         return;
     }
     match request {
