@@ -505,3 +505,51 @@ async fn a_peer_that_sends_a_million_routes_keeps_its_session_costs_no_memory_an
     }
     speaker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_peer_that_drops_every_session_it_accepts_is_retried_ever_later_and_disturbs_no_other() {
+    let flapping = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let quiet = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peer = |name: &str, port: u16| {
+        let mut cfg = PeerConfig::new(name, OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
+        cfg.peer_port = port;
+        cfg.connect_retry = Duration::from_millis(10);
+        cfg.ebgp_multihop = true;
+        cfg
+    };
+    let speaker = BgpSpeaker::new();
+    speaker.set_peers(vec![
+        peer("flapping", flapping.local_addr().unwrap().port()),
+        peer("quiet", quiet.local_addr().unwrap().port()),
+    ]);
+    let _q = accept(&quiet, Stage::Established).await;
+    // Each session reaches Established and is dropped at once: the speaker waits 10 ms, then
+    // twice as long each time (none lasted STABLE_SESSION).
+    let mut gaps = vec![];
+    let mut dropped_at = None;
+    for _ in 0..8 {
+        let s = accept(&flapping, Stage::Established).await;
+        if let Some(at) = dropped_at {
+            gaps.push(tokio::time::Instant::now().duration_since(at));
+        }
+        drop(s);
+        dropped_at = Some(tokio::time::Instant::now());
+    }
+    let ms: Vec<u128> = gaps.iter().map(Duration::as_millis).collect();
+    eprintln!("reconnects after {ms:?} ms");
+    for (i, gap) in gaps.iter().enumerate() {
+        // At least 10 ms doubled once per earlier drop (a loaded machine only adds to it).
+        let want = Duration::from_millis(10 << i);
+        assert!(
+            *gap >= want,
+            "reconnect {i} after {gap:?}, before the back-off of {want:?}: {ms:?}"
+        );
+    }
+    let quiet_status = speaker.session_states()[&PeerId("quiet".into())].clone();
+    assert_eq!(quiet_status.state, ferrolb_speaker::bgp::State::Established);
+    assert_eq!(
+        quiet_status.established_count, 1,
+        "the other session never reset"
+    );
+    speaker.shutdown().await;
+}
