@@ -123,6 +123,21 @@ impl Backend {
         }
     }
 
+    /// Restarts the API server, its stored objects kept: the double drops every connection
+    /// and watch and listens again; the real kube-apiserver is stopped (SIGTERM, or SIGKILL
+    /// with `kill`) and started again. Returns how long it did not serve (the double: about
+    /// nothing).
+    pub async fn restart(&mut self, kill: bool) -> Result<std::time::Duration, String> {
+        match self {
+            Self::Double(s) => {
+                let at = std::time::Instant::now();
+                s.restart().await;
+                Ok(at.elapsed())
+            }
+            Self::Real(k) => k.restart_apiserver(kill).await.map_err(|e| e.to_string()),
+        }
+    }
+
     /// The double's fault handle; `None` on a real server.
     pub fn faults(&self) -> Option<Faults> {
         self.double().map(ApiServerHandle::faults)
@@ -133,6 +148,14 @@ impl Backend {
         match self {
             Self::Double(s) => Some(s),
             Self::Real(_) => None,
+        }
+    }
+
+    /// The real control plane, to restart its parts; `None` for the double.
+    pub fn real_mut(&mut self) -> Option<&mut RealKube> {
+        match self {
+            Self::Real(k) => Some(k),
+            Self::Double(_) => None,
         }
     }
 

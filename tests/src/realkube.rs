@@ -136,6 +136,9 @@ pub fn available() -> bool {
 /// A running control plane; dropping it stops every process it started.
 pub struct RealKube {
     children: Vec<(&'static str, Child)>,
+    /// How it was started, and the command lines of kube-apiserver and etcd, to restart them.
+    config: RealKubeConfig,
+    commands: Vec<(&'static str, Vec<std::ffi::OsString>)>,
     dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     url: String,
@@ -168,6 +171,8 @@ impl RealKube {
         };
         let mut kube = Self {
             children: Vec::new(),
+            config: config.clone(),
+            commands: Vec::new(),
             url: String::new(),
             kubeconfig: dir.join("kubeconfig"),
             ca_pem: Vec::new(),
@@ -214,19 +219,17 @@ impl RealKube {
             attempt += 1;
             let [etcd_port, peer_port] = self.free_ports(config)?;
             let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-            self.spawn(
-                config,
-                "etcd",
-                &[
-                    bin("etcd").into_os_string(),
-                    "--data-dir".into(),
-                    self.dir.join(format!("etcd-{attempt}")).into_os_string(),
-                    "--listen-client".into(),
-                    etcd_url.clone().into(),
-                    "--listen-peer".into(),
-                    format!("http://127.0.0.1:{peer_port}").into(),
-                ],
-            )?;
+            let args: Vec<std::ffi::OsString> = vec![
+                bin("etcd").into_os_string(),
+                "--data-dir".into(),
+                self.dir.join(format!("etcd-{attempt}")).into_os_string(),
+                "--listen-client".into(),
+                etcd_url.clone().into(),
+                "--listen-peer".into(),
+                format!("http://127.0.0.1:{peer_port}").into(),
+            ];
+            self.spawn(config, "etcd", &args)?;
+            self.remember("etcd", args);
             match self.wait_log("etcd", "etcd: ready", Duration::from_secs(60)) {
                 Ok(()) => break etcd_url,
                 Err(e) if attempt < PORT_ATTEMPTS && self.lost_port_race("etcd") => {
@@ -289,6 +292,7 @@ impl RealKube {
                 args.push(a);
             }
             self.spawn(config, "kube-apiserver", &args)?;
+            self.remember("kube-apiserver", args);
             std::fs::write(&self.kubeconfig, self.kubeconfig_yaml(ADMIN_TOKEN))
                 .map_err(io("writing the kubeconfig".into()))?;
             match self.wait_ready().await {
@@ -370,6 +374,85 @@ impl RealKube {
         let child = cmd.spawn().map_err(io(format!("starting {what}")))?;
         self.children.push((what, child));
         Ok(())
+    }
+
+    fn remember(&mut self, what: &'static str, args: Vec<std::ffi::OsString>) {
+        self.commands.retain(|(w, _)| *w != what);
+        self.commands.push((what, args));
+    }
+
+    /// Restarts kube-apiserver as an upgrade or a crash does: SIGTERM (it drains and exits;
+    /// SIGKILL after 30 s, the kubelet's grace period), or SIGKILL at once with `kill`; then starts it again with the same command line (the same
+    /// address and port, the same etcd) and waits until it is ready. Returns how long it did
+    /// not serve.
+    pub async fn restart_apiserver(&mut self, kill: bool) -> Result<Duration> {
+        let down = self.stop_one("kube-apiserver", kill)?;
+        self.start_again("kube-apiserver")?;
+        self.wait_ready().await?;
+        Ok(down.elapsed())
+    }
+
+    /// Restarts etcd the same way (its data directory kept); kube-apiserver stays up and
+    /// answers errors meanwhile. Returns how long etcd was gone.
+    pub async fn restart_etcd(&mut self, kill: bool) -> Result<Duration> {
+        let down = self.stop_one("etcd", kill)?;
+        self.start_again("etcd")?;
+        self.wait_log("etcd", "etcd: ready", Duration::from_secs(60))?;
+        self.wait_ready().await?;
+        Ok(down.elapsed())
+    }
+
+    /// Stops `what` and waits until it has exited; returns when it was signalled.
+    fn stop_one(&mut self, what: &'static str, kill: bool) -> Result<Instant> {
+        let i = self
+            .children
+            .iter()
+            .position(|(w, _)| *w == what)
+            .ok_or_else(|| RealKubeError::NotReady {
+                what,
+                detail: "not running".into(),
+                log: String::new(),
+            })?;
+        let (_, mut child) = self.children.remove(i);
+        let at = Instant::now();
+        if kill {
+            let _ = child.kill();
+        } else {
+            terminate(&child);
+        }
+        // As the kubelet does for a static Pod: SIGKILL once the grace period (30 s) is over.
+        let deadline = at + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Ok(at);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(at);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start_again(&mut self, what: &'static str) -> Result<()> {
+        let args = self
+            .commands
+            .iter()
+            .find(|(w, _)| *w == what)
+            .map(|(_, a)| a.clone())
+            .ok_or_else(|| RealKubeError::NotReady {
+                what,
+                detail: "never started".into(),
+                log: String::new(),
+            })?;
+        // The former run's log is kept beside the new one.
+        let _ = std::fs::rename(
+            self.dir.join(format!("{what}.log")),
+            self.dir.join(format!("{what}.before-restart.log")),
+        );
+        let config = self.config.clone();
+        self.spawn(&config, what, &args)
     }
 
     /// `N` ports free at this moment, inside the namespace the processes run in.
@@ -848,6 +931,8 @@ mod tests {
     fn bare(dir: &Path) -> RealKube {
         RealKube {
             children: Vec::new(),
+            config: RealKubeConfig::default(),
+            commands: Vec::new(),
             dir: dir.to_path_buf(),
             _tmp: None,
             url: String::new(),
