@@ -413,7 +413,10 @@ async fn speaker_main() -> anyhow::Result<()> {
             let _ = live_tx.send_if_modified(|v| {
                 let changed = *v != live;
                 if changed {
-                    info!(live = ?live, "live speakers changed");
+                    // Who came and went, not the whole set: it is one entry per node.
+                    let came: Vec<&String> = live.difference(v).take(8).collect();
+                    let went: Vec<&String> = v.difference(&live).take(8).collect();
+                    info!(live = live.len(), ?came, ?went, "live speakers changed");
                 }
                 *v = live.clone();
                 changed
