@@ -252,7 +252,7 @@ where
 /// SIGKILL, each started again on the same etcd, then etcd killed and started again (the test
 /// double: every connection and watch dropped twice, the objects kept; it has no etcd), while
 /// 1,000 Services are created and deleted. No address
-/// changes over the whole history, every Service has its address within 10 s of the end, and
+/// changes over the whole history, every Service has its address within 40 s of the end, and
 /// the controller lists each kind about once per restart: no re-list storm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_the_api_server_twice_during_churn_changes_no_address_and_loses_no_status() {
@@ -284,7 +284,10 @@ async fn restarting_the_api_server_twice_during_churn_changes_no_address_and_los
     };
     let ((), downs) = tokio::join!(churn_through(client, "svc", SERVICES), restarts);
     let churned = started.elapsed();
-    let remaining = converged(&cluster, Duration::from_secs(10)).await;
+    // Within 40 s, not the 10 s one would like: after errors, the controller's watches wait
+    // kube-runtime's back-off (client-go's: 0.8 s doubling to 30 s, reset after 2 min of
+    // calm) before they list again, and a CI machine under load saw more than 10 s.
+    let remaining = converged(&cluster, Duration::from_secs(40)).await;
     println!(
         "churn of {SERVICES} Services with two API server restarts and, on a real control \
          plane, one of etcd (down {downs:?}: SIGTERM, SIGKILL, etcd SIGKILL) took {churned:?}; \
