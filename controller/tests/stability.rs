@@ -15,17 +15,19 @@ const SERVICES: usize = 1000;
 
 /// Creates `SERVICES` Services (8 at a time), deleting every tenth one right after creating it.
 async fn churn(cluster: &Cluster) {
-    futures::stream::iter(0..SERVICES)
-        .for_each_concurrent(8, |i| async move {
-            cluster.create_service(&format!("svc-{i:04}"), &[]).await;
-            if i % 10 == 9 {
-                let api = Api::<Service>::namespaced(cluster.client(), "default");
-                let name = format!("svc-{i:04}");
-                let dp = DeleteParams::default();
-                retry(|| api.delete(&name, &dp)).await;
-            }
-        })
-        .await;
+    churn_through(cluster.client(), "svc", SERVICES).await;
+}
+
+/// Fails with the first few if the recorded history breaks a promise (an address changed,
+/// one held twice).
+fn assert_no_violations(seen: &[support::history::Seen]) {
+    let problems = violations(seen);
+    assert!(
+        problems.is_empty(),
+        "{} violations, first: {:?}",
+        problems.len(),
+        &problems[..problems.len().min(5)]
+    );
 }
 
 /// Waits until every remaining LoadBalancer Service has an address; returns how many there are.
@@ -76,13 +78,7 @@ async fn restarting_the_controller_five_times_during_churn_changes_no_address() 
     let seen = history.finish();
     assert_eq!(remaining, SERVICES - SERVICES / 10);
     assert!(services_with_addresses(&seen) >= remaining);
-    let problems = violations(&seen);
-    assert!(
-        problems.is_empty(),
-        "{} violations, first: {:?}",
-        problems.len(),
-        &problems[..problems.len().min(5)]
-    );
+    assert_no_violations(&seen);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,13 +190,7 @@ async fn with_watches_dropped_writes_failing_and_conflicts_every_service_converg
     chaos.await.unwrap();
     let seen = history.finish();
     assert_eq!(remaining, SERVICES - SERVICES / 10);
-    let problems = violations(&seen);
-    assert!(
-        problems.is_empty(),
-        "{} violations, first: {:?}",
-        problems.len(),
-        &problems[..problems.len().min(5)]
-    );
+    assert_no_violations(&seen);
 }
 
 /// Creates `count` Services named `{prefix}-NNNN` through `client` (8 at a time), deleting every
@@ -297,13 +287,7 @@ async fn restarting_the_api_server_twice_during_churn_changes_no_address_and_los
     tokio::time::sleep(Duration::from_millis(500)).await;
     let seen = history.finish();
     assert_eq!(remaining, SERVICES - SERVICES / 10);
-    let problems = violations(&seen);
-    assert!(
-        problems.is_empty(),
-        "{} violations, first: {:?}",
-        problems.len(),
-        &problems[..problems.len().min(5)]
-    );
+    assert_no_violations(&seen);
     // Lists by the controller, by resource: its first list of each, then about one per
     // restart (each watch re-lists once when its connection drops).
     let mut lists: std::collections::BTreeMap<String, usize> = Default::default();

@@ -251,11 +251,17 @@ fn kept_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     ]
 }
 
-async fn start(port: u16, retry: Duration) -> (BgpSpeaker, PeerId) {
-    let mut cfg = PeerConfig::new("hostile", OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
+/// The scripted peer `name` on the loopback `port`, retried after `retry` (doubled per failure).
+fn peer_config(name: &str, port: u16, retry: Duration) -> PeerConfig {
+    let mut cfg = PeerConfig::new(name, OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
     cfg.peer_port = port;
     cfg.connect_retry = retry;
     cfg.ebgp_multihop = true;
+    cfg
+}
+
+async fn start(port: u16, retry: Duration) -> (BgpSpeaker, PeerId) {
+    let cfg = peer_config("hostile", port, retry);
     let id = cfg.id.clone();
     let speaker = BgpSpeaker::new();
     speaker.set_peers(vec![cfg]);
@@ -377,15 +383,7 @@ async fn memory_stays_flat_across_many_hostile_sessions() {
     let mut run = async |rounds: usize| {
         for i in 0..rounds {
             round += 1;
-            let mut cfg = PeerConfig::new(
-                &format!("hostile-{round}"),
-                OUR_AS,
-                PEER_AS,
-                "127.0.0.1".parse().unwrap(),
-            );
-            cfg.peer_port = port;
-            cfg.connect_retry = Duration::from_millis(5);
-            cfg.ebgp_multihop = true;
+            let cfg = peer_config(&format!("hostile-{round}"), port, Duration::from_millis(5));
             speaker.set_peers(vec![cfg]);
             let mut s = accept(&listener, Stage::Established).await;
             // A header announcing a full-size UPDATE, then garbage in bulk: the speaker may keep
@@ -459,13 +457,7 @@ async fn a_peer_that_sends_a_million_routes_keeps_its_session_costs_no_memory_an
  {
     let hostile = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let quiet = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let peer = |name: &str, port: u16| {
-        let mut cfg = PeerConfig::new(name, OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
-        cfg.peer_port = port;
-        cfg.connect_retry = Duration::from_millis(20);
-        cfg.ebgp_multihop = true;
-        cfg
-    };
+    let peer = |name: &str, port: u16| peer_config(name, port, Duration::from_millis(20));
     let speaker = BgpSpeaker::new();
     speaker.set_peers(vec![
         peer("hostile", hostile.local_addr().unwrap().port()),
@@ -510,13 +502,7 @@ async fn a_peer_that_sends_a_million_routes_keeps_its_session_costs_no_memory_an
 async fn a_peer_that_drops_every_session_it_accepts_is_retried_ever_later_and_disturbs_no_other() {
     let flapping = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let quiet = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let peer = |name: &str, port: u16| {
-        let mut cfg = PeerConfig::new(name, OUR_AS, PEER_AS, "127.0.0.1".parse().unwrap());
-        cfg.peer_port = port;
-        cfg.connect_retry = Duration::from_millis(10);
-        cfg.ebgp_multihop = true;
-        cfg
-    };
+    let peer = |name: &str, port: u16| peer_config(name, port, Duration::from_millis(10));
     let speaker = BgpSpeaker::new();
     speaker.set_peers(vec![
         peer("flapping", flapping.local_addr().unwrap().port()),
