@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
 use ferrolb_speaker::cluster::{Cluster, Scope, Update};
+use ferrolb_speaker::membership::partition::{Arbiter, Standing, Written};
+use ferrolb_speaker::membership::view_lease::ViewLease;
 use ferrolb_speaker::membership::{Gossip, GossipKey, KeyRing, MembershipConfig};
 use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
@@ -250,6 +252,14 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut published_unable = BTreeSet::new();
     let mut last_trim = Instant::now();
     let mut fallback_live = BTreeSet::from([args.node_name.clone()]);
+    // A gossip partition's tie is broken on the API server (membership::partition): the
+    // speakers Kubernetes counts as up, the view Lease, and where this speaker stands.
+    let mut known = BTreeSet::from([args.node_name.clone()]);
+    let mut arbiter = Arbiter::new(args.node_name.clone());
+    let mut view_lease: Option<ViewLease> = None;
+    let mut written_seen = 0u64;
+    let mut standing = Standing::Agreed;
+    let mut arbiter_next: Option<Instant> = None;
     let mut changed_since_trim = 0usize;
     let mut states_changed = true;
     let mut secrets_seen = 0u64;
@@ -264,6 +274,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut alone = false;
     let mut rejoined_seen = 0u64;
     let mut reannounce_at: Option<Instant> = None;
+    let mut rejoin_hold: Option<(Instant, BTreeSet<String>)> = None;
     let run = async {
         loop {
             if let Some(g) = &gossip {
@@ -287,6 +298,13 @@ async fn speaker_main() -> anyhow::Result<()> {
                     gossip_live = gossip.as_ref().map(Gossip::live);
                     gossip_states = gossip.as_ref().map(Gossip::states);
                     gossip_rejoined = gossip.as_ref().map(Gossip::rejoined);
+                    if gossip.is_some() && args.enable_l2 {
+                        view_lease = Some(ViewLease::start(
+                            client.clone(),
+                            &args.namespace,
+                            &args.node_name,
+                        ));
+                    }
                     states_changed = true;
                     cluster
                         .lock()
@@ -295,17 +313,32 @@ async fn speaker_main() -> anyhow::Result<()> {
                 }
             }
             let t = Instant::now();
+            if let Some(g) = &gossip {
+                let rejoined = g.counters().rejoined;
+                if rejoined > rejoined_seen {
+                    rejoined_seen = rejoined;
+                    reannounce_at = Some(Instant::now() + REJOIN_SETTLE);
+                    // Rejoining renews identities on every side (each learns the other declared it
+                    // dead): a member's old identity goes before its new one arrives. The live
+                    // set from before is kept meanwhile, so that no address moves for that.
+                    rejoin_hold = Some((Instant::now() + REJOIN_SETTLE, live_tx.borrow().clone()));
+                    info!(settle = ?REJOIN_SETTLE,
+                        "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
+                    );
+                }
+            }
             let (live, synced) = {
                 let mut model = cluster.lock().expect("cluster lock");
                 // Seeds and the fallback live set change only with speaker Pods and Nodes.
                 if model.speakers_changed() {
+                    known = kubernetes_live(&model, &args.node_name);
                     match &gossip {
                         Some(g) => {
                             let seeds = seeds(&model, &args);
                             alone = seeds.is_empty();
                             g.set_seeds(seeds);
                         }
-                        None => fallback_live = kubernetes_live(&model, &args.node_name),
+                        None => fallback_live = known.clone(),
                     }
                 }
                 let live = match &gossip_live {
@@ -337,11 +370,18 @@ async fn speaker_main() -> anyhow::Result<()> {
                 }
                 // A speaker that is leaving is no candidate owner: its addresses are taken
                 // over (and announced) while it still answers.
-                let live: BTreeSet<String> = if leaving_elsewhere.is_empty() {
+                let mut live: BTreeSet<String> = if leaving_elsewhere.is_empty() {
                     live
                 } else {
                     live.difference(&leaving_elsewhere).cloned().collect()
                 };
+                match &rejoin_hold {
+                    Some((until, before)) if Instant::now() < *until => {
+                        live.extend(before.difference(&leaving_elsewhere).cloned());
+                    }
+                    Some(_) => rejoin_hold = None,
+                    None => {}
+                }
                 if !joined && gossip.is_some() {
                     joined = live.len() > 1 || alone || gossip_started.elapsed() >= JOIN_WAIT;
                     if joined {
@@ -349,10 +389,40 @@ async fn speaker_main() -> anyhow::Result<()> {
                     }
                 }
                 let nobody = BTreeSet::new();
-                let l2_live = if joined || gossip.is_none() {
-                    &live
-                } else {
-                    &nobody
+                let arbitrated;
+                let l2_live = match &view_lease {
+                    _ if !joined && gossip.is_some() => &nobody,
+                    None => &live,
+                    Some(lease) => {
+                        let now = Instant::now();
+                        arbiter.observe(now, lease.view.borrow().clone());
+                        let (sequence, outcome) = lease.written.borrow().clone();
+                        if sequence > written_seen {
+                            written_seen = sequence;
+                            if let Some(outcome) = outcome {
+                                arbiter.written(now, outcome);
+                            }
+                        }
+                        let known: BTreeSet<String> =
+                            known.difference(&leaving_elsewhere).cloned().collect();
+                        let d = arbiter.decide(now, std::time::SystemTime::now(), &live, &known);
+                        if let Some(w) = d.write
+                            && !lease.write(w)
+                        {
+                            arbiter.written(now, Written::Unreachable);
+                        }
+                        if d.standing != standing {
+                            note_standing(&standing, &d.standing, &live, &known);
+                            speaker.set_standby(d.standby);
+                            metrics
+                                .l2_fenced
+                                .set(i64::from(matches!(d.standing, Standing::Fenced { .. })));
+                            standing = d.standing;
+                        }
+                        arbiter_next = d.next;
+                        arbitrated = d.l2_live;
+                        &arbitrated
+                    }
                 };
                 let host = match last_host_read {
                     Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
@@ -381,18 +451,10 @@ async fn speaker_main() -> anyhow::Result<()> {
                         warn!(error = %e, "cannot publish the addresses this node cannot answer for");
                     }
                 }
-                let c = g.counters();
                 ferrolb_speaker::shell::metrics::advance(
                     &metrics.gossip_auth_failures,
-                    c.auth_failures_total(),
+                    g.counters().auth_failures_total(),
                 );
-                if c.rejoined > rejoined_seen {
-                    rejoined_seen = c.rejoined;
-                    reannounce_at = Some(Instant::now() + REJOIN_SETTLE);
-                    info!(settle = ?REJOIN_SETTLE,
-                        "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
-                    );
-                }
             }
             if reannounce_at.is_some_and(|at| Instant::now() >= at) {
                 reannounce_at = None;
@@ -421,6 +483,17 @@ async fn speaker_main() -> anyhow::Result<()> {
                 *v = live.clone();
                 changed
             });
+            let lease_changed = async {
+                match view_lease.as_mut() {
+                    Some(lease) => {
+                        tokio::select! {
+                            _ = lease.view.changed() => {}
+                            _ = lease.written.changed() => {}
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let gossip_changed = async {
                 match (
                     gossip_live.as_mut(),
@@ -446,11 +519,13 @@ async fn speaker_main() -> anyhow::Result<()> {
                 .into_iter()
                 .chain(joining)
                 .chain(reannounce_at)
+                .chain(arbiter_next)
                 .map(tokio::time::Instant::from_std)
                 .fold(refresh, tokio::time::Instant::min);
             tokio::select! {
                 _ = changed.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
                 states = gossip_changed => states_changed |= states,
+                _ = lease_changed => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -736,6 +811,41 @@ fn seeds(cluster: &Cluster, args: &Args) -> Vec<(String, SocketAddr)> {
         .cloned()
         .collect();
     ferrolb_speaker::membership::seeds::seeds(&pods, args.gossip_port)
+}
+
+/// Logs where this speaker now stands in a gossip partition (membership::partition).
+fn note_standing(
+    before: &Standing,
+    now: &Standing,
+    live: &BTreeSet<String>,
+    known: &BTreeSet<String>,
+) {
+    let missing: Vec<&String> = known.difference(live).take(8).collect();
+    match now {
+        Standing::Agreed => info!(
+            ?before,
+            "gossip sees every speaker Kubernetes counts as up again"
+        ),
+        Standing::Majority => info!(
+            ?missing,
+            "gossip misses speakers Kubernetes counts as up; this side is the majority and takes their layer-2 addresses over"
+        ),
+        Standing::Waiting => info!(
+            ?missing,
+            "gossip misses speakers Kubernetes counts as up and this side is a minority: it takes nothing over until the API server has its view"
+        ),
+        Standing::Confirmed => info!(
+            ?missing,
+            "this minority's view is on record at the API server: the missing speakers are gone, their layer-2 addresses are taken over"
+        ),
+        Standing::Unarbitrated => warn!(
+            ?missing,
+            "gossip misses speakers and the API server cannot be reached to break the tie: acting on gossip alone (both sides of a partition may answer)"
+        ),
+        Standing::Fenced { by } => {
+            warn!(%by, ?missing, "another side of a gossip partition holds the layer-2 addresses (its view on the API server leaves this speaker out): keeping only those it cannot hold until gossip heals")
+        }
+    }
 }
 
 /// The live speakers as Kubernetes sees them (when gossip cannot run); this node always counts.

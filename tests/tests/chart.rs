@@ -129,6 +129,14 @@ const SPEAKER_API_CALLS: &[ApiCall] = &[
     call(Cluster, "events.k8s.io", "events", &["create"]),
     call(Ns, "", "pods", WATCH),
     call(Ns, "", "secrets", WATCH),
+    // The `ferrolb-l2-view` Lease: watched by name; created or replaced (under its
+    // resourceVersion) while gossip misses speakers Kubernetes counts as up.
+    call(
+        Ns,
+        "coordination.k8s.io",
+        "leases",
+        &["list", "watch", "create", "update"],
+    ),
     call(Ns, "ferrolb.io", "ipaddresspools", WATCH),
     call(Ns, "ferrolb.io", "l2advertisements", WATCH),
     call(Ns, "ferrolb.io", "bgpadvertisements", WATCH),

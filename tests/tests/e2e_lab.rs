@@ -5,7 +5,7 @@
 
 mod e2e_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -1317,5 +1317,226 @@ fn an_owner_frozen_for_five_seconds_announces_its_addresses_only_once_it_has_rej
     assert_eq!(lab.topo.who_answers(ip).unwrap(), vec![old_mac.clone()]);
     for a in &web {
         assert_eq!(lab.topo.who_answers(*a).unwrap().len(), 1, "{a}");
+    }
+}
+
+/// The speakers' gossip port (their default).
+const GOSSIP_PORT: &str = "7946";
+
+/// Drops (`cut`) or stops dropping every gossip datagram into and out of node `i`: its speaker
+/// and the others no longer hear each other, while clients, the router and the API server still
+/// reach every node.
+fn cut_gossip(lab: &Lab, i: usize, cut: bool) {
+    let op = if cut { "-I" } else { "-D" };
+    for chain in ["INPUT", "OUTPUT"] {
+        for port in ["--dport", "--sport"] {
+            lab.topo
+                .node(i)
+                .exec_ok(&[
+                    "iptables",
+                    op,
+                    chain,
+                    "-p",
+                    "udp",
+                    port,
+                    GOSSIP_PORT,
+                    "-j",
+                    "DROP",
+                ])
+                .unwrap_or_else(|e| panic!("iptables {op} {chain} in node {i}: {e}"));
+        }
+    }
+}
+
+/// Asks for each of `addrs` from the client, one request at a time per address, until `stop`:
+/// `l2-watch` records every answer on the wire, from every MAC that gives one.
+fn keep_asking(
+    lab: &Lab,
+    addrs: &[IpAddr],
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    addrs
+        .iter()
+        .map(|ip| {
+            let client = lab.topo.client.name().to_owned();
+            let stop = stop.clone();
+            let target = ip.to_string();
+            let v6 = ip.is_ipv6();
+            std::thread::spawn(move || {
+                let mut asked = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let ask: &[&str] = if v6 {
+                        &[
+                            "ndisc6", "-n", "-m", "-r", "1", "-w", "300", &target, "eth0",
+                        ]
+                    } else {
+                        &["arping", "-c", "1", "-w", "1", "-I", "eth0", &target]
+                    };
+                    let mut args = vec!["ip", "netns", "exec", &client];
+                    args.extend(ask);
+                    let _ = ferrolb_tests::netns::run(&args);
+                    asked += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                asked
+            })
+        })
+        .collect()
+}
+
+/// Per address, the MACs that claimed it in each whole second since `from_ns` (negative seconds
+/// before it).
+fn macs_per_second(
+    claims: &[Claim],
+    from_ns: u128,
+) -> BTreeMap<IpAddr, BTreeMap<i64, BTreeSet<String>>> {
+    let mut out: BTreeMap<IpAddr, BTreeMap<i64, BTreeSet<String>>> = BTreeMap::new();
+    for c in claims {
+        let second = ((c.at_ns as f64 - from_ns as f64) / 1e9).floor() as i64;
+        out.entry(c.addr)
+            .or_default()
+            .entry(second)
+            .or_default()
+            .insert(c.mac.clone());
+    }
+    out
+}
+
+/// Gossip between one node and the two others is cut for 30 s while the client, the router and
+/// the API server reach every node. Gossip alone cannot tell that from the others' death; the
+/// API server, which both sides reach, breaks the tie: the side that cannot win stops answering,
+/// so one MAC answers each layer-2 address within a second, and after the heal no address
+/// moves more than once.
+#[test]
+fn a_gossip_partition_leaves_one_mac_per_address_within_a_second_and_each_moves_at_most_once_after_the_heal()
+ {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let (_, old) = web_and_its_owner(&lab);
+    let services = addresses(&lab);
+    let l2: Vec<IpAddr> = services
+        .iter()
+        .filter(|s| s.pool == "lab-l2")
+        .flat_map(|s| s.ingress.iter().map(|(ip, _)| *ip))
+        .collect();
+    let owners = lab.wait_for_l2_owners(&l2, CONVERGE).unwrap();
+    let i = Topology::node_index(&old).unwrap();
+    let macs: BTreeMap<String, String> = (0..NODE_NAMES.len())
+        .map(|n| (lab.topo.node_mac(n).unwrap(), NODE_NAMES[n].to_owned()))
+        .collect();
+    let (mut watch, out) = watch_claims(&lab, &l2);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let askers = keep_asking(&lab, &l2, &stop);
+    std::thread::sleep(Duration::from_secs(2));
+    let cut_ns = unix_ns();
+    cut_gossip(&lab, i, true);
+    let cut = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(cut.elapsed()));
+    let healed_ns = unix_ns();
+    cut_gossip(&lab, i, false);
+    std::thread::sleep(Duration::from_secs(10));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let asked: usize = askers.into_iter().map(|t| t.join().unwrap()).sum();
+    watch.kill();
+    let claims: Vec<Claim> = read_claims(&out)
+        .into_iter()
+        .map(|mut c| {
+            c.mac = macs.get(&c.mac).cloned().unwrap_or(c.mac);
+            c
+        })
+        .collect();
+    let during = macs_per_second(&claims, cut_ns);
+    let heal_offset = ((healed_ns - cut_ns) as f64 / 1e9).floor() as i64;
+    let mut report = Vec::new();
+    let mut late_duplicates = Vec::new();
+    let mut unanswered = Vec::new();
+    let mut moves_after_heal = Vec::new();
+    let mut late_single = Vec::new();
+    for ip in &l2 {
+        let seconds = during.get(ip).cloned().unwrap_or_default();
+        let row: Vec<usize> = (0..heal_offset + 10)
+            .map(|s| seconds.get(&s).map_or(0, |m| m.len()))
+            .collect();
+        let duplicated: Vec<i64> = (0..heal_offset)
+            .filter(|s| seconds.get(s).is_some_and(|m| m.len() > 1))
+            .collect();
+        late_duplicates.extend(duplicated.iter().filter(|s| **s >= 1).map(|s| (*ip, *s)));
+        unanswered.extend(
+            (2..heal_offset)
+                .filter(|s| !seconds.contains_key(s))
+                .map(|s| (*ip, s)),
+        );
+        // Who claimed it after the heal, in order, repeats collapsed.
+        let mut sequence: Vec<&str> = Vec::new();
+        for c in claims
+            .iter()
+            .filter(|c| c.addr == *ip && c.at_ns >= healed_ns)
+        {
+            if sequence.last() != Some(&c.mac.as_str()) {
+                sequence.push(&c.mac);
+            }
+        }
+        // The MAC answering when the heal came, and when another last claimed the address.
+        let cut_window: Vec<&Claim> = claims
+            .iter()
+            .filter(|c| c.addr == *ip && c.at_ns >= cut_ns && c.at_ns < healed_ns)
+            .collect();
+        let single_from = cut_window.last().map_or(0.0, |settled| {
+            cut_window
+                .iter()
+                .filter(|c| c.mac != settled.mac)
+                .map(|c| (c.at_ns - cut_ns) as f64 / 1e9)
+                .fold(0.0, f64::max)
+        });
+        if single_from >= 1.0 {
+            late_single.push((*ip, single_from));
+        }
+        let last_dup = seconds
+            .iter()
+            .filter(|(s, m)| **s >= heal_offset && m.len() > 1)
+            .map(|(s, _)| s - heal_offset + 1)
+            .max();
+        if sequence.len() > 2 {
+            moves_after_heal.push((*ip, sequence.join(" → ")));
+        }
+        report.push(format!(
+            "{ip:<18} owner {:<7} MACs per second from the cut (healed after 30) {row:?}; one \
+             MAC from +{single_from:.3} s; seconds with two: {}; after the heal: {} (one owner \
+             left within {} s)",
+            owners[ip],
+            duplicated.len(),
+            sequence.join(" → "),
+            last_dup.unwrap_or(0)
+        ));
+    }
+    eprintln!(
+        "gossip cut between {old} and the others for 30 s ({asked} questions asked):\n  {}",
+        report.join("\n  ")
+    );
+    let log: String = NODE_NAMES
+        .iter()
+        .map(|n| format!("--- {n}\n{}", lab.log_tail(&format!("speaker-{n}.log"), 12)))
+        .collect();
+    assert!(
+        late_single.is_empty(),
+        "another MAC still claimed these addresses 1 s or more after the cut (address, seconds): \
+         {late_single:?}\n{log}"
+    );
+    assert!(
+        late_duplicates.is_empty(),
+        "two MACs answered after the first second of the partition (address, second): \
+         {late_duplicates:?}\n{log}"
+    );
+    assert!(
+        unanswered.is_empty(),
+        "nobody answered (address, second): {unanswered:?}\n{log}"
+    );
+    assert!(
+        moves_after_heal.is_empty(),
+        "addresses that moved more than once after the heal: {moves_after_heal:?}"
+    );
+    for ip in &l2 {
+        assert_eq!(lab.topo.who_answers(*ip).unwrap().len(), 1, "{ip}");
     }
 }

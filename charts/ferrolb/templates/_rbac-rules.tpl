@@ -14,8 +14,10 @@ and the API calls recorded from the binaries are to be compared with that table.
               the other speakers (Pods) and the gossip and BGP password Secrets in its namespace;
               lists, creates and deletes its ServiceL2Status / ServiceBGPStatus /
               BGPSessionState objects and merge patches their status; lists and creates its
-              ConfigurationState (`speaker-<node>`) and merge patches its status; creates Events
-              (events.k8s.io; each a new object, never patched).
+              ConfigurationState (`speaker-<node>`) and merge patches its status; watches the
+              `ferrolb-l2-view` Lease and creates or replaces it (under its resourceVersion) while
+              gossip misses speakers Kubernetes counts as up, to break a partition's tie;
+              creates Events (events.k8s.io; each a new object, never patched).
 */}}
 
 {{/* Controller, cluster-wide (ClusterRole). */}}
@@ -71,6 +73,9 @@ and the API calls recorded from the binaries are to be compared with that table.
 - apiGroups: [""]
   resources: [pods, secrets]
   verbs: [list, watch]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [list, watch, create, update]
 - apiGroups: [ferrolb.io]
   resources: [ipaddresspools, l2advertisements, bgpadvertisements, bgppeers, communities, bfdprofiles]
   verbs: [list, watch]

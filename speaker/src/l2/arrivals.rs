@@ -16,9 +16,12 @@
 //! - Arrival times are local observations: speakers see a node join within gossip's spread time
 //!   of each other, so they may disagree about the owner of that node's preferred addresses for
 //!   that long when its hold-down ends (as for any change of the live set).
-//! - After a partition heals, each side sees the other arrive: for the hold-down, the two sides
-//!   may disagree about the owner of addresses of pools with preferences (both can answer, as
-//!   during the partition itself). Pools without preferences are not affected.
+//! - After a partition heals, each side sees the other arrive. A speaker fenced during the
+//!   partition ([`crate::membership::partition`]) starts over ([`Arrivals::rejoin`]) and sees
+//!   itself arrive, as the others do. Where the tie was not broken (the API server unreachable
+//!   too), the two sides may disagree about the owner of addresses of pools with preferences for
+//!   the hold-down (both can answer, as during the partition itself). Pools without preferences
+//!   are not affected.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -90,6 +93,16 @@ impl Arrivals {
         self.expire(now);
     }
 
+    /// Starts over as a speaker that has not joined yet: the next non-empty live set is met as
+    /// at start, the nodes in it live from before and this one arriving. For a speaker that
+    /// stood aside while the others went on (fenced in a gossip partition): the others see it
+    /// arrive when it comes back, not themselves, and it must see the same.
+    pub fn rejoin(&mut self) {
+        self.joined = None;
+        self.live.clear();
+        self.since.clear();
+    }
+
     /// Forgets arrivals whose hold-down is over.
     fn expire(&mut self, now: Instant) {
         let d = self.hold_down;
@@ -110,6 +123,7 @@ impl Arrivals {
             now: Some(now),
             live_since,
             duration: self.hold_down,
+            standby: BTreeSet::new(),
         }
     }
 }
@@ -127,6 +141,20 @@ mod tests {
     }
 
     const H: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn a_speaker_that_rejoins_holds_itself_and_not_the_nodes_that_went_on_without_it() {
+        let t0 = Instant::now();
+        let mut a = Arrivals::new("me", H);
+        a.observe(t0, &set(&["me", "b", "c"]));
+        a.rejoin();
+        let later = t0 + Duration::from_secs(60);
+        a.observe(later, &BTreeSet::new());
+        a.observe(later, &set(&["me", "b", "c"]));
+        let hd = a.hold_down(later, &none());
+        assert!(hd.held("me"));
+        assert!(!hd.held("b") && !hd.held("c"));
+    }
 
     #[test]
     fn the_nodes_found_at_join_are_not_held_but_this_speaker_is() {

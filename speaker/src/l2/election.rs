@@ -79,10 +79,13 @@ fn finalise(mut x: u64) -> u64 {
 
 /// How a candidate stands before the hash is consulted; compared first, the greater wins.
 ///
-/// The derived order compares `settled` first (a held preferred node loses to every settled
-/// node), then `preference`.
+/// The derived order compares `active` first (a node on standby loses to every other), then
+/// `settled` (a held preferred node loses to every settled node), then `preference`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Standing {
+    /// False for a node on standby: it owns an address only when no other candidate can (a
+    /// speaker fenced in a gossip partition, [`crate::membership::partition`]).
+    pub active: bool,
     /// False for a preferred node still in its hold-down.
     pub settled: bool,
     /// The sum of the weights of the preferences the node matches.
@@ -92,6 +95,7 @@ pub struct Standing {
 impl Standing {
     /// A node with no preference, never held: the plain rendezvous hash decides.
     pub const PLAIN: Standing = Standing {
+        active: true,
         settled: true,
         preference: 0,
     };
@@ -100,8 +104,17 @@ impl Standing {
     /// a node with no preference is never held (it gains nothing by waiting).
     pub fn new(preference: u32, held: bool) -> Self {
         Standing {
+            active: true,
             settled: !held || preference == 0,
             preference,
+        }
+    }
+
+    /// The same standing on standby: below every candidate that is not.
+    pub fn on_standby(self) -> Self {
+        Standing {
+            active: false,
+            ..self
         }
     }
 }
@@ -359,6 +372,19 @@ mod tests {
             // Between two held nodes, the preference still counts.
             let both = [("node-a", held), ("node-b", Standing::new(5, true))];
             assert_eq!(owner_by_standing(v4(i), both), Some("node-a"));
+        }
+    }
+
+    #[test]
+    fn a_node_on_standby_owns_an_address_only_when_no_other_candidate_can() {
+        for i in 0..64 {
+            let standby = Standing::new(100, false).on_standby();
+            let cands = [("node-a", standby), ("node-b", plain(0))];
+            assert_eq!(owner_by_standing(v4(i), cands), Some("node-b"));
+            assert_eq!(
+                owner_by_standing(v4(i), [("node-a", standby)]),
+                Some("node-a")
+            );
         }
     }
 

@@ -8,7 +8,10 @@
 //! - [`states`]: the states members publish to each other (foca custom broadcasts). Pure.
 //! - [`sim`]: many cores on a simulated network with virtual time, for tests and the
 //!   `gossip_sim` bench. Pure.
+//! - [`partition`]: breaking a gossip partition's tie through one Lease on the API server.
+//!   Pure.
 //! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
+//! - [`view_lease`]: the tokio shell of [`partition`]: watches and writes the view Lease.
 //! - [`udp`]: the tokio shell: one UDP socket, timers, watches of live nodes and their states.
 //!
 //! Seeds come from the speaker Pods (`status.podIP`, `spec.nodeName`). When gossip cannot run
@@ -16,10 +19,12 @@
 //! (speaker Pod ready and Node ready).
 pub mod auth;
 pub mod core;
+pub mod partition;
 pub mod seeds;
 pub mod sim;
 pub mod states;
 pub mod udp;
+pub mod view_lease;
 
 pub use auth::{AuthFailure, GossipKey, KeyRing};
 pub use core::{

@@ -94,6 +94,8 @@ pub struct L2Tracker {
     unable: Unable,
     /// Nodes held down at the previous update.
     held: BTreeSet<String>,
+    /// Nodes on standby at the previous update.
+    standby: BTreeSet<String>,
     /// Addresses of pools whose advertisements carry preferences: decided again on any change
     /// of the live set or of who is held.
     preferential: HashSet<IpAddr>,
@@ -131,7 +133,8 @@ impl L2Tracker {
         unable: &Unable,
         hold_down: &HoldDown,
     ) -> L2Update {
-        let full = !self.initialised || changes.config;
+        // A change of who is on standby is rare (a partition): everything is decided again.
+        let full = !self.initialised || changes.config || hold_down.standby != self.standby;
         let live_changed = *live != self.live;
         let unable_changed = *unable != self.unable;
         let held = hold_down.held_nodes();
@@ -182,6 +185,7 @@ impl L2Tracker {
             self.pools = pool_candidates(cluster, live);
         }
         self.held = held;
+        self.standby = hold_down.standby.clone();
         self.initialised = true;
         for key in &changes.services {
             match cluster.service_info(key) {
@@ -328,7 +332,12 @@ impl L2Tracker {
         };
         let standing = |n: &str| {
             let preference = pc.scores.get(n).copied().unwrap_or(0);
-            Standing::new(preference, self.held.contains(n))
+            let s = Standing::new(preference, self.held.contains(n));
+            if self.standby.contains(n) {
+                s.on_standby()
+            } else {
+                s
+            }
         };
         let owner = match (local_sets.iter().min_by_key(|s| s.len()), &some_nodes) {
             (Some(smallest), _) => election::owner_by_standing(

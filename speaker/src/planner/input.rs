@@ -205,9 +205,27 @@ pub struct HoldDown {
     pub live_since: BTreeMap<String, Instant>,
     /// How long a node must have been live before its preferences count.
     pub duration: Duration,
+    /// Live nodes on standby: each owns an address only when no other eligible node can (this
+    /// speaker, fenced in a gossip partition: the other side holds what it can).
+    pub standby: BTreeSet<String>,
 }
 
 impl HoldDown {
+    /// `node`'s standing given its preference score, this hold-down and the standby set.
+    pub fn standing(
+        &self,
+        node: &str,
+        preference: u32,
+        held: bool,
+    ) -> crate::l2::election::Standing {
+        let s = crate::l2::election::Standing::new(preference, held);
+        if self.standby.contains(node) {
+            s.on_standby()
+        } else {
+            s
+        }
+    }
+
     /// Whether `node` is still held at [`HoldDown::now`].
     pub fn held(&self, node: &str) -> bool {
         match (self.now, self.live_since.get(node)) {

@@ -226,7 +226,8 @@ fn standing(snapshot: &Snapshot, advs: &[&L2AdvertisementInfo], name: &str) -> S
             .map(|a| a.preference(node))
             .fold(0, u32::saturating_add)
     });
-    Standing::new(preference, snapshot.hold_down.held(name))
+    let held = snapshot.hold_down.held(name);
+    snapshot.hold_down.standing(name, preference, held)
 }
 
 /// What applies to one address: see [`applying`].

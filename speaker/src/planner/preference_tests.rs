@@ -207,6 +207,7 @@ fn a_held_preferred_node_still_answers_when_no_other_node_can() {
         now: Some(t0),
         live_since: [("node-a".to_string(), t0)].into(),
         duration: HOLD,
+        ..HoldDown::default()
     };
     assert!(all_owned_by(&plan_l2(&s), "node-a"));
 }
@@ -221,6 +222,24 @@ fn a_returning_node_without_preference_takes_its_share_at_once() {
         now: Some(t0),
         live_since: [("node-c".to_string(), t0)].into(),
         duration: HOLD,
+        ..HoldDown::default()
     };
     assert_eq!(owners(&plan_l2(&s)), before, "node-c is not held");
+}
+
+#[test]
+fn a_node_on_standby_keeps_only_the_addresses_no_other_live_node_may_hold() {
+    let mut s = world("node-a", 20);
+    s.l2_advertisements[0].preferred.clear();
+    s.hold_down.standby = ["node-a".to_string()].into();
+    let plan = plan_l2(&s);
+    assert!(
+        owners(&plan).values().all(|o| o != "node-a"),
+        "node-a on standby owns nothing another node can hold"
+    );
+    s.live_speakers = ["node-a".to_string()].into();
+    assert!(
+        all_owned_by(&plan_l2(&s), "node-a"),
+        "alone, it holds them all"
+    );
 }

@@ -75,6 +75,9 @@ pub struct Metrics {
     pub gossip_members: Gauge,
     /// Gossip datagrams refused by authentication.
     pub gossip_auth_failures: Counter,
+    /// 1 while another side of a gossip partition holds the layer-2 addresses (a fresh view on
+    /// the API server leaves this speaker out) and it keeps only what that side cannot hold.
+    pub l2_fenced: Gauge,
     /// 1 while the session to the peer is Established.
     pub bgp_session_up: Family<PeerLabels, Gauge>,
     /// 1 while the peer's BFD session is Up, 0 otherwise (only peers with a BFD profile).
@@ -143,6 +146,11 @@ impl Metrics {
             "gossip_members",
             "Live speakers seen by gossip",
             self.gossip_members.clone(),
+        );
+        r.register(
+            "l2_fenced",
+            "1 while another side of a gossip partition holds the layer-2 addresses and this speaker keeps only what that side cannot hold",
+            self.l2_fenced.clone(),
         );
         r.register(
             "gossip_auth_failures",

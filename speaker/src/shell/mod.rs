@@ -119,6 +119,8 @@ pub struct Speaker {
     handing_over: BTreeMap<IpAddr, std::time::Instant>,
     /// When live speakers joined, for the preference hold-down.
     arrivals: Arrivals,
+    /// This node while it is on standby ([`Speaker::set_standby`]), else empty.
+    standby: BTreeSet<String>,
     /// When speaker Pods became ready (Kubernetes' dates as instants), and the
     /// [`Cluster::speakers_version`] they were read at.
     ready_since: (u64, BTreeMap<String, std::time::Instant>),
@@ -170,6 +172,7 @@ impl Speaker {
             excluded_since: None,
             handing_over: BTreeMap::new(),
             arrivals,
+            standby: BTreeSet::new(),
             ready_since: (u64::MAX, BTreeMap::new()),
             hold_down_ends: None,
         }
@@ -199,6 +202,18 @@ impl Speaker {
             .filter(|_| !self.answering.is_empty())
         {
             r.announce_again();
+        }
+    }
+
+    /// Puts this node on standby (fenced in a gossip partition: it owns an address only when
+    /// no node of the other side can) or takes it off; taken off, it arrives, as the others see
+    /// it then ([`Arrivals::rejoin`]).
+    pub fn set_standby(&mut self, standby: bool) {
+        if standby {
+            self.standby = BTreeSet::from([self.settings.node.clone()]);
+        } else if !self.standby.is_empty() {
+            self.standby.clear();
+            self.arrivals.rejoin();
         }
     }
 
@@ -238,7 +253,8 @@ impl Speaker {
                     pods_ready_since(cluster, now, std::time::SystemTime::now()),
                 );
             }
-            let hold_down = self.arrivals.hold_down(now, &self.ready_since.1);
+            let mut hold_down = self.arrivals.hold_down(now, &self.ready_since.1);
+            hold_down.standby = self.standby.clone();
             self.hold_down_ends = hold_down.next_expiry();
             let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
             if let Some(h) = host {

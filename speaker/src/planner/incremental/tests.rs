@@ -342,6 +342,7 @@ fn a_hold_down_that_ends_gives_the_preferred_node_its_addresses_back() {
         now: Some(t0),
         live_since: [("node-c".to_string(), t0)].into(),
         duration: Duration::from_secs(30),
+        ..HoldDown::default()
     };
     let (l2, _) = w.step();
     assert_eq!(l2.recompute_at, Some(t0 + Duration::from_secs(30)));
@@ -497,4 +498,32 @@ fn selectors_that_change_move_the_addresses_they_cover() {
             .owner
             .is_ok()
     );
+}
+
+#[test]
+fn putting_this_node_on_standby_and_off_again_keeps_the_plans_equal_to_the_reference() {
+    let mut w = World::new("node-a");
+    for i in 0..14 {
+        let ip = format!("10.0.0.{i}");
+        w.cluster.service(Update::Apply(service(
+            "default",
+            &format!("s{i}"),
+            &[&ip],
+            i % 3 == 0,
+        )));
+        w.cluster.slice(Update::Apply(slice(
+            "default",
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            &[("node-a", true), ("node-b", i % 2 == 0)],
+        )));
+    }
+    w.step();
+    w.check("before");
+    w.hold_down.standby = ["node-a".to_string()].into();
+    w.step();
+    w.check("node-a on standby");
+    w.hold_down.standby.clear();
+    w.step();
+    w.check("node-a back");
 }
