@@ -1228,6 +1228,12 @@ fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_sta
         lab.log_tail(&format!("speaker-{old}.log"), 30)
     );
     assert!(
+        log.contains("this speaker stood still: a new connection to the peer waits"),
+        "{old}'s BGP session did not notice it stood still (it would reconnect at once and may \
+         announce what it no longer may before the exclusion arrives):\n{}",
+        lab.log_tail(&format!("speaker-{old}.log"), 30)
+    );
+    assert!(
         log.contains("is skipped, not sent late"),
         "{old} said nothing of the announcements it missed:\n{}",
         lab.log_tail(&format!("speaker-{old}.log"), 30)

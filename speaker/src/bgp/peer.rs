@@ -44,6 +44,15 @@ use crate::netdev::{BindError, DeviceName};
 /// A write that makes no progress for this long counts as a broken connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const READ_CHUNK: usize = 64 * 1024;
+/// A timer found due more than this long ago when the task runs again means the process stood
+/// still (SIGSTOP, a paused VM, a stalled host): the task's own timers are never that late
+/// otherwise.
+const STOOD_STILL: Duration = Duration::from_millis(200);
+/// How long a connection attempt waits after the task stood still: what changed meanwhile (its
+/// Node excluded, a Service gone) waits in the speaker's watch connections and reaches the
+/// advertisements within milliseconds; a session re-established first (the first reconnect
+/// comes about 12 ms after a failure) would announce what the node no longer may.
+const WAKE_SETTLE: Duration = Duration::from_millis(300);
 
 /// What the speaker can see of one session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -190,6 +199,8 @@ pub(crate) struct PeerTask {
     bfd_settings: Option<BfdSettings>,
     /// The local address of the current or last connection (BFD runs from it).
     bfd_local: Option<std::net::IpAddr>,
+    /// Until when connection attempts wait, after the task stood still ([`WAKE_SETTLE`]).
+    settle_until: Option<Instant>,
     /// An unnumbered peer's neighbour discovery: what it found, and its task.
     discovery: Option<(watch::Receiver<socket::Discovery>, JoinHandle<()>)>,
     /// Where the current or last connection attempt went.
@@ -271,6 +282,7 @@ impl PeerTask {
             connect_started: None,
             bfd_settings,
             bfd_local: None,
+            settle_until: None,
             discovery,
             remote: None,
         };
@@ -367,6 +379,13 @@ impl PeerTask {
                     Input::TimerExpired(t)
                 }
             };
+            if let Some((at, _)) = next_timer
+                && Instant::now().saturating_duration_since(at) > STOOD_STILL
+            {
+                tracing::info!(late = ?Instant::now().saturating_duration_since(at), settle = ?WAKE_SETTLE,
+                    "this speaker stood still: a new connection to the peer waits until what changed meanwhile has reached the advertisements");
+                task.settle_until = Some(Instant::now() + WAKE_SETTLE);
+            }
             task.pending.push_back(input);
             task.drain().await;
         }
@@ -604,7 +623,11 @@ impl PeerTask {
                     match self.target() {
                         Ok(remote) => {
                             self.remote = Some(remote);
+                            let settle = self.settle_until.take();
                             self.connecting = Some(tokio::spawn(async move {
+                                if let Some(at) = settle {
+                                    tokio::time::sleep_until(at).await;
+                                }
                                 socket::connect_to(&config, remote).await
                             }));
                         }
