@@ -123,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Metrics::default();
     let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
     metrics.register(&mut registry);
+    ferrolb_telemetry::register_runtime_metrics(&mut registry);
     let ready = Readiness::default();
     ferrolb_telemetry::serve(
         args.metrics_addr,

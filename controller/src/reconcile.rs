@@ -183,6 +183,10 @@ pub struct Controller {
     exported: HashMap<ServiceKey, Vec<String>>,
     /// Services backing off after failed writes, by when they may be tried again.
     backoff: BTreeSet<(Instant, ServiceKey)>,
+    /// Of those, the ones whose last write found the server unreachable or unavailable: the
+    /// next write that succeeds says it is back, and their back-off ends then (a back-off grown
+    /// to 30 s during an outage would otherwise outlast the outage by up to 30 s).
+    waiting_for_server: BTreeSet<ServiceKey>,
     /// The controller's `ConfigurationState`.
     config_state: ConfigStateWriter,
 }
@@ -244,6 +248,7 @@ impl Controller {
             memo: HashMap::new(),
             exported: HashMap::new(),
             backoff: BTreeSet::new(),
+            waiting_for_server: BTreeSet::new(),
         })
     }
 
@@ -326,6 +331,7 @@ impl Controller {
             let freed = match object {
                 None => {
                     self.memo.remove(&key);
+                    self.waiting_for_server.remove(&key);
                     self.allocator.release(&key)
                 }
                 Some(svc) if !self.settings.filter.is_ours(&svc) => {
@@ -583,10 +589,14 @@ impl Controller {
             ..Default::default()
         };
         let mut repeated_failures = Vec::new();
+        let mut server_answered = false;
+        let mut failed_for_server = Vec::new();
         for result in results {
             let Err(error) = result.result else {
                 if let Some((key, rv)) = result.status_of {
                     self.metrics.status_writes.inc();
+                    server_answered = true;
+                    self.waiting_for_server.remove(&key);
                     let m = self.memo.entry(key).or_default();
                     m.written_over = rv;
                     m.write_failures = 0;
@@ -605,6 +615,14 @@ impl Controller {
                 report.retry.insert(key);
                 continue;
             }
+            if matches!(
+                error,
+                ApiCallError::Transport(_) | ApiCallError::Unavailable { .. }
+            ) {
+                failed_for_server.push(key.clone());
+            } else {
+                self.waiting_for_server.remove(&key);
+            }
             let m = self.memo.entry(key.clone()).or_default();
             m.write_failures += 1;
             let at = now + write_backoff(m.write_failures);
@@ -617,6 +635,20 @@ impl Controller {
                 repeated_failures.push((key, error));
             }
         }
+        if server_answered {
+            // The server is back: what waited for it is due now. (Not what failed in this very
+            // pass: a server answering some writes and failing others keeps its back-off.)
+            for key in std::mem::take(&mut self.waiting_for_server) {
+                let Some(m) = self.memo.get_mut(&key) else {
+                    continue;
+                };
+                if let Some(old) = m.retry_at.replace(now) {
+                    self.backoff.remove(&(old, key.clone()));
+                }
+                self.backoff.insert((now, key));
+            }
+        }
+        self.waiting_for_server.extend(failed_for_server);
         for (key, error) in repeated_failures {
             let event = Event {
                 type_: EventType::Warning,

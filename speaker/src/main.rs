@@ -148,6 +148,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let metrics = Metrics::default();
     let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
     metrics.register(&mut registry);
+    ferrolb_telemetry::register_runtime_metrics(&mut registry);
     let ready = Readiness::default();
     ferrolb_telemetry::serve(
         args.metrics_addr,
@@ -460,6 +461,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                 reannounce_at = None;
                 info!("announcing this node's layer-2 addresses again after rejoining");
                 speaker.announce_again();
+                speaker.rewrite_statuses(&cluster.lock().expect("cluster lock"));
             }
             speaker.tick();
             ready.set(true);

@@ -4,6 +4,9 @@
 
 pub mod events;
 pub mod memory;
+mod runtime;
+
+pub use runtime::register_runtime_metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -73,3 +73,66 @@ async fn the_server_stops_when_shutdown_fires() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn metrics_count_the_runtimes_alive_tasks() {
+    let mut registry = Registry::with_prefix("ferrolb");
+    ferrolb_telemetry::register_runtime_metrics(&mut registry);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let (addr, _task) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        Readiness::default(),
+        rx,
+    )
+    .await
+    .unwrap();
+    let tasks = |body: &str| -> i64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix("ferrolb_runtime_tasks "))
+            .unwrap_or_else(|| panic!("no ferrolb_runtime_tasks in {body}"))
+            .parse()
+            .unwrap()
+    };
+    // A scrape's own connection task may outlive its answer for a moment: read until the
+    // count is `want`.
+    let settles_at = |want: i64| async move {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let now = tasks(&get(addr, "/metrics").await.1);
+            if now == want || tokio::time::Instant::now() > deadline {
+                return now;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    // Before: the same count twice in a row.
+    let mut before = tasks(&get(addr, "/metrics").await.1);
+    loop {
+        let again = tasks(&get(addr, "/metrics").await.1);
+        if again == before {
+            break;
+        }
+        before = again;
+    }
+    // Ten tasks that stay alive until told to end.
+    let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+    let waiting: Vec<_> = (0..10)
+        .map(|_| {
+            let mut rx = stop.subscribe();
+            tokio::spawn(async move {
+                let _ = rx.recv().await;
+            })
+        })
+        .collect();
+    assert_eq!(
+        settles_at(before + 10).await,
+        before + 10,
+        "before: {before}"
+    );
+    drop(stop);
+    for t in waiting {
+        t.await.unwrap();
+    }
+    assert_eq!(settles_at(before).await, before);
+}

@@ -91,6 +91,12 @@ pub struct MembershipConfig {
     /// also the join period (one round of at most [`JOIN_FANOUT`] announces to missing seeds)
     /// and how often a member pushes its state to one random member.
     pub announce_every: Duration,
+    /// How long a member declared down is remembered (so that its old messages do not bring it
+    /// back, and so that it is announced to, which heals a partition). foca's default is a
+    /// day, which kept a record and a timer per death for a day; a speaker that comes back
+    /// later than this is found again through the seeds, which the shell joins every
+    /// `announce_every`.
+    pub remove_down_after: Duration,
 }
 
 impl Default for MembershipConfig {
@@ -107,6 +113,7 @@ impl Default for MembershipConfig {
             suspect_to_down_after: Duration::from_millis(150),
             gossip_every: Duration::from_millis(100),
             announce_every: Duration::from_secs(5),
+            remove_down_after: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -117,6 +124,7 @@ impl MembershipConfig {
         c.probe_period = self.probe_period;
         c.probe_rtt = self.probe_rtt;
         c.suspect_to_down_after = self.suspect_to_down_after;
+        c.remove_down_after = self.remove_down_after;
         c.num_indirect_probes = NonZeroUsize::new(2).expect("non-zero");
         c.max_transmissions = NonZeroU8::new(8).expect("non-zero");
         c.notify_down_members = true;

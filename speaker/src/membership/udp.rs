@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  socket.recv_from ─────┐                       ┌─► socket.send_to
-//!  due timers ───────────┤                       ├─► tokio::time::sleep ─► due timers
+//!  due timers ───────────┤                       ├─► timer heap ─► due timers
 //!  watch: seeds ─────────┼─► Membership (core) ──┼─► watch: live nodes
 //!  watch: local state ───┤                       ├─► watch: states of live members
 //!  watch: keys ──────────┘
@@ -12,17 +12,24 @@
 //! Seeds, the local state and the keys are watches, not queues: the task reads the latest
 //! value, and a value equal to the current one does not even wake it. The core is given the
 //! wall clock before every input.
+//!
+//! The core's timers wait in one heap inside the task, which sleeps until the earliest: no task
+//! per timer. (A task per timer counted every member declared down for a day: foca keeps a
+//! down member 24 h by default, and the soak saw the speaker's task count grow by one at every
+//! kill or cut-off of another node. The core now forgets a down member after
+//! [`MembershipConfig::remove_down_after`].)
 
 use super::auth::KeyRing;
 use super::core::{
     Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError, Timer,
 };
 use super::states::MAX_STATE_LEN;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The states of live members, by node.
@@ -219,10 +226,39 @@ fn publish<T: PartialEq>(tx: &watch::Sender<T>, now: T) {
     });
 }
 
+/// A timer of the core and when it is due; ordered by due time, then by when it was set.
+struct Due {
+    at: tokio::time::Instant,
+    seq: u64,
+    timer: Timer,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
 async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watches: Watches) {
-    let (timer_tx, mut timers) = mpsc::unbounded_channel::<Timer>();
+    let mut timers: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
+    let mut seq = 0u64;
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
+        let next_due = timers.peek().map(|Reverse(d)| d.at);
         let out = tokio::select! {
             r = socket.recv_from(&mut buf) => match r {
                 Ok((n, from)) => {
@@ -234,9 +270,12 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
                     continue;
                 }
             },
-            Some(t) = timers.recv() => {
+            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)),
+                if next_due.is_some() =>
+            {
+                let Some(Reverse(due)) = timers.pop() else { continue };
                 core.set_time(wall_ms());
-                core.handle_timer(t)
+                core.handle_timer(due.timer)
             }
             Ok(()) = inputs.seeds.changed() => {
                 let peers = inputs.seeds.borrow_and_update().clone();
@@ -272,11 +311,12 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
                     }
                 }
                 Output::After { delay, timer } => {
-                    let tx = timer_tx.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = tx.send(timer);
-                    });
+                    seq += 1;
+                    timers.push(Reverse(Due {
+                        at: tokio::time::Instant::now() + delay,
+                        seq,
+                        timer,
+                    }));
                 }
                 Output::MembersChanged => publish(&watches.live, core.live_nodes()),
                 Output::StatesChanged => publish(&watches.states, core.states()),

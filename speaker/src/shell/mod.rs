@@ -205,6 +205,17 @@ impl Speaker {
         }
     }
 
+    /// After this node rejoined (the others had declared it dead): the status task lists this
+    /// node's objects again, and every Service this node announces is queued again, so that
+    /// the objects a successor deleted meanwhile are created again.
+    pub fn rewrite_statuses(&mut self, cluster: &Cluster) {
+        self.status.reload();
+        let keys: Vec<ServiceKey> = self.announced.keys().cloned().collect();
+        for key in &keys {
+            self.queue_status(cluster, key);
+        }
+    }
+
     /// Puts this node on standby (fenced in a gossip partition: it owns an address only when
     /// no node of the other side can) or takes it off; taken off, it arrives, as the others see
     /// it then ([`Arrivals::rejoin`]).

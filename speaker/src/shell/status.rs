@@ -22,6 +22,16 @@
 //!   only differences; it never lists per sync.
 //! - A Service this node takes over over layer 2 has the object that a dead owner left deleted
 //!   (one list by the Service's labels, at the takeover only).
+//! - After [`StatusQueue::reload`] (the speaker rejoined after the others had declared it dead,
+//!   and may have had its objects deleted meanwhile by a successor), the task lists this node's
+//!   objects again before its next write, once the writes in flight have ended; the speaker
+//!   then sets every Service it announces again, so that what a successor deleted is created
+//!   again. (The soak found an address answered with no `ServiceL2Status` after a cut-off
+//!   node came back: its task still believed its object existed.)
+//!
+//! # Caveats
+//! - An object deleted by another node while this one is not declared dead (a successor whose
+//!   own view lagged) is created again only at this node's next change for that Service.
 //!
 //! This node's `ConfigurationState` has a task of its own ([`ConfigStateWriter`]): the latest
 //! report through a `watch`, written at most once a second and only when it changed.
@@ -181,6 +191,8 @@ pub struct Desired {
 struct Inner {
     pending: BTreeMap<ServiceKey, Desired>,
     in_flight: BTreeSet<ServiceKey>,
+    /// List this node's objects again before the next write.
+    reload: bool,
 }
 
 /// The queue between the sync loop and the status task.
@@ -204,6 +216,17 @@ impl StatusQueue {
             .pending
             .insert(key, desired);
         self.notify.notify_one();
+    }
+
+    /// Asks the task to list this node's objects again before its next write (what it
+    /// believes exists may have been deleted by another node).
+    pub fn reload(&self) {
+        self.inner.lock().expect("status queue lock").reload = true;
+        self.notify.notify_one();
+    }
+
+    fn take_reload(&self) -> bool {
+        std::mem::take(&mut self.inner.lock().expect("status queue lock").reload)
     }
 
     /// How many Services wait to be written.
@@ -299,6 +322,14 @@ impl<K: StatusKind> Written<K> {
             .cloned()
     }
 
+    /// Lists this node's objects again and believes that instead.
+    async fn reload(&self, node: &str) -> Result<(), kube::Error> {
+        let fresh = Self::load(self.api.clone(), node).await?;
+        let objects = fresh.objects.into_inner().expect("written lock");
+        *self.objects.lock().expect("written lock") = objects;
+        Ok(())
+    }
+
     fn record(&self, name: &str, payload: Option<Option<u64>>) {
         let mut objects = self.objects.lock().expect("written lock");
         match payload {
@@ -389,17 +420,42 @@ impl StatusWriter {
         let l2 = self.load::<ServiceL2Status>().await;
         let bgp = self.load::<ServiceBGPStatus>().await;
         let this = Arc::new(self);
-        let next = futures::stream::unfold(queue.clone(), |q| async move {
+        // Writes hold it shared; a reload holds it alone, so that no write in flight records
+        // into the map the reload replaces.
+        let gate = Arc::new(tokio::sync::RwLock::new(()));
+        let state = (
+            queue.clone(),
+            this.clone(),
+            l2.clone(),
+            bgp.clone(),
+            gate.clone(),
+        );
+        let next = futures::stream::unfold(state, |state| async move {
+            let (q, this, l2, bgp, gate) = &state;
             loop {
+                if q.take_reload() {
+                    let _alone = gate.write().await;
+                    for (kind, result) in [
+                        ("ServiceL2Status", l2.reload(&this.node).await),
+                        ("ServiceBGPStatus", bgp.reload(&this.node).await),
+                    ] {
+                        if let Err(e) = result {
+                            // Believed as before: what a successor deleted comes back at
+                            // this node's next change for that Service.
+                            warn!(kind, error = %e, "listing this node's status objects again failed");
+                        }
+                    }
+                }
                 if let Some(item) = q.pop() {
-                    return Some((item, q));
+                    let shared = gate.clone().read_owned().await;
+                    return Some(((item, shared), state));
                 }
                 q.notify.notified().await;
             }
         });
         let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
         let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        next.for_each_concurrent(WRITERS, |(key, desired)| {
+        next.for_each_concurrent(WRITERS, |((key, desired), shared)| {
             let (this, l2, bgp, queue, failures, written) = (
                 this.clone(),
                 l2.clone(),
@@ -410,6 +466,8 @@ impl StatusWriter {
             );
             async move {
                 let result = this.write(&l2, &bgp, &key, &desired).await;
+                // A reload may go ahead now (not after a failed write's back-off).
+                drop(shared);
                 this.metrics.status_pending.set(queue.len() as i64);
                 match result {
                     Ok(()) => {

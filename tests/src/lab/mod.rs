@@ -20,6 +20,7 @@
 pub mod manifests;
 pub mod report;
 pub mod router;
+pub mod soak;
 pub mod standin;
 
 use std::collections::BTreeMap;
@@ -435,6 +436,21 @@ impl Lab {
         )?;
         self.controller = Some(p);
         Ok(())
+    }
+
+    /// The process id of the controller, while one was started (to read its memory and file
+    /// descriptors).
+    pub fn controller_pid(&self) -> Option<u32> {
+        self.controller.as_ref().map(Process::pid)
+    }
+
+    /// The controller's `/metrics` text (it listens on 127.0.0.1:7472 in the switch namespace),
+    /// `None` when nothing answers.
+    pub fn controller_metrics(&self) -> Option<String> {
+        metrics_in(
+            self.topo.switch.name(),
+            SocketAddr::from(([127, 0, 0, 1], 7472)),
+        )
     }
 
     /// Kills the controller with SIGKILL.
@@ -886,12 +902,19 @@ fn ask_every_from(
 /// `GET /metrics` from node `i`'s speaker (`--metrics-addr` is the node's address, port 7473),
 /// asked from inside the node's namespace; `None` when nothing answers.
 pub fn speaker_metrics(topo: &Topology, i: usize) -> Option<String> {
+    metrics_in(
+        topo.node(i).name(),
+        SocketAddr::new(node_v4(i).into(), 7473),
+    )
+}
+
+/// `GET /metrics` from `addr`, asked from inside namespace `ns`; `None` when nothing answers.
+fn metrics_in(ns: &str, addr: SocketAddr) -> Option<String> {
     use std::io::{Read, Write};
-    let addr = SocketAddr::new(node_v4(i).into(), 7473);
-    netns::in_namespace(topo.node(i).name(), move || {
+    netns::in_namespace(ns, move || {
         let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: speaker\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: ferrolb\r\n\r\n")
             .ok()?;
         let mut body = String::new();
         s.read_to_string(&mut body).ok()?;
