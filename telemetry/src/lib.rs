@@ -11,6 +11,7 @@ pub use runtime::register_runtime_metrics;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -112,6 +113,13 @@ impl<K> Watched for K where
 /// Starts a watcher that keeps a reflector store current, calling `on_change` with every object
 /// it applies or deletes; watch errors are logged and retried with back-off. The store answers
 /// `wait_until_ready` once the first list is in.
+///
+/// After a re-list (the watch could not resume: 410 Expired after an API server restart, or a
+/// long disconnect), `on_change` is called once the store holds the new list: for every listed
+/// object, and for every object the store held before that the list no longer has (deleted
+/// while the watch was down). Called per listed object as it arrived, the caller would read the
+/// store before it had the object: a Service created while the watch was down looked deleted
+/// and waited for the next full pass (30 s) for its address.
 pub fn watch_store<K>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
@@ -122,20 +130,47 @@ where
 {
     use futures::StreamExt;
     use kube::ResourceExt;
+    use kube::runtime::reflector::ObjectRef;
+    use kube::runtime::watcher::Event;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
     let (store, writer) = reflector::store();
     // managedFields are never read, and are often the largest part of an object: dropped
     // before the store keeps it.
     let stream = watcher(api, config.any_semantic())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(|obj| obj.managed_fields_mut().clear())
-        .reflect(writer)
-        .touched_objects();
+        .reflect(writer);
+    let reader = store.clone();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        // While a list is read: what the store held before, and what the list brought.
+        type Relisting<K> = (Vec<Arc<K>>, std::collections::HashSet<ObjectRef<K>>);
+        let mut relisting: Option<Relisting<K>> = None;
         while let Some(item) = stream.next().await {
             match item {
-                Ok(obj) => on_change(&obj),
+                Ok(Event::Apply(obj) | Event::Delete(obj)) => on_change(&obj),
+                Ok(Event::Init) => relisting = Some((reader.state(), Default::default())),
+                Ok(Event::InitApply(obj)) => match relisting.as_mut() {
+                    Some((_, listed)) => {
+                        listed.insert(ObjectRef::from_obj(&obj));
+                    }
+                    None => on_change(&obj),
+                },
+                Ok(Event::InitDone) => {
+                    let Some((before, listed)) = relisting.take() else {
+                        continue;
+                    };
+                    for r in &listed {
+                        if let Some(obj) = reader.get(r) {
+                            on_change(&obj);
+                        }
+                    }
+                    for obj in before {
+                        if !listed.contains(&ObjectRef::from_obj(&*obj)) {
+                            on_change(&obj);
+                        }
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, kind = %K::kind(&()), "watch error; retrying with back-off")
                 }
@@ -143,6 +178,55 @@ where
         }
     });
     store
+}
+
+/// The retry delays of [`watch_store`]'s watches after an error: 250 ms doubling to at most
+/// 4 s, each with up to a quarter taken off at random, back to 250 ms after any event.
+///
+/// kube-runtime's default (client-go's: 0.8 s doubling to 30 s) suits many replicas of a
+/// client; the controller is one writer (and a standby or two), and after the API server
+/// restarts its watches should not wait up to 30 s more before they list again (an API server
+/// restart under load once left Services without an address for more than 40 s).
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    seed: u64,
+}
+
+/// The first delay of a [`WatchBackoff`].
+const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(250);
+/// The longest delay of a [`WatchBackoff`].
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(4);
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        Self {
+            next: WATCH_BACKOFF_FIRST,
+            seed: RandomState::new().hash_one(std::time::SystemTime::now()) | 1,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        // xorshift64: enough randomness to spread replicas apart.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let this = self.next;
+        self.next = (self.next * 2).min(WATCH_BACKOFF_MAX);
+        let cut = this.as_millis() as u64 * (self.seed % 1024) / 4096;
+        Some(this - Duration::from_millis(cut))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_FIRST;
+    }
 }
 
 /// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -136,3 +136,18 @@ async fn metrics_count_the_runtimes_alive_tasks() {
     }
     assert_eq!(settles_at(before).await, before);
 }
+
+#[test]
+fn a_watch_retries_after_250_ms_doubling_to_at_most_4_s_and_starts_over_after_an_event() {
+    use kube::runtime::utils::Backoff;
+    let mut b = ferrolb_telemetry::WatchBackoff::default();
+    let waits: Vec<u128> = b.by_ref().take(7).map(|d| d.as_millis()).collect();
+    for (wait, full) in waits
+        .iter()
+        .zip([250u128, 500, 1000, 2000, 4000, 4000, 4000])
+    {
+        assert!(*wait <= full && *wait >= full * 3 / 4, "{waits:?}");
+    }
+    b.reset();
+    assert!(b.next().unwrap().as_millis() <= 250);
+}
