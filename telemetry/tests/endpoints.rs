@@ -18,6 +18,22 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     (code, buf)
 }
 
+/// Serves `registry` on a free port; the server stops when the returned sender is dropped.
+async fn serve_metrics(
+    registry: Registry,
+) -> (std::net::SocketAddr, tokio::sync::watch::Sender<bool>) {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (addr, _task) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        Readiness::default(),
+        rx,
+    )
+    .await
+    .unwrap();
+    (addr, tx)
+}
+
 #[tokio::test]
 async fn readyz_follows_the_readiness_flag_while_healthz_always_answers() {
     let ready = Readiness::default();
@@ -42,15 +58,7 @@ async fn metrics_expose_registered_counters_in_prometheus_text_format() {
     let c = Counter::<u64>::default();
     registry.register("widgets", "Widgets seen", c.clone());
     c.inc_by(3);
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let (addr, _task) = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(registry),
-        Readiness::default(),
-        rx,
-    )
-    .await
-    .unwrap();
+    let (addr, _shutdown) = serve_metrics(registry).await;
     let (code, body) = get(addr, "/metrics").await;
     assert_eq!(code, 200);
     assert!(body.contains("ferrolb_widgets_total 3"), "{body}");
@@ -78,15 +86,7 @@ async fn the_server_stops_when_shutdown_fires() {
 async fn metrics_count_the_runtimes_alive_tasks() {
     let mut registry = Registry::with_prefix("ferrolb");
     ferrolb_telemetry::register_runtime_metrics(&mut registry);
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let (addr, _task) = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(registry),
-        Readiness::default(),
-        rx,
-    )
-    .await
-    .unwrap();
+    let (addr, _shutdown) = serve_metrics(registry).await;
     let tasks = |body: &str| -> i64 {
         body.lines()
             .find_map(|l| l.strip_prefix("ferrolb_runtime_tasks "))

@@ -350,15 +350,7 @@ impl Tracker {
         if let Some(seen) = self.relisting.as_mut() {
             seen.insert(uid.clone());
         }
-        let mut ips: Vec<IpAddr> = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i.ip.as_deref()?.parse().ok())
-            .collect();
+        let mut ips = ferrolb_api::service::ingress_ips(svc);
         ips.sort();
         let at = self.at();
         let t = self.by_uid.entry(uid.clone()).or_default();
