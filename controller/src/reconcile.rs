@@ -123,12 +123,23 @@ struct Memo {
 pub const EVENT_AFTER_FAILURES: u32 = 5;
 
 /// One write a pass decided on.
+/// A status write: the Service, the resourceVersion it was planned from, its ingress and pool.
+type StatusWrite = (
+    ServiceKey,
+    Option<String>,
+    Vec<LoadBalancerIngress>,
+    Option<String>,
+);
+
 enum Write {
     Status {
         key: ServiceKey,
         rv: Option<String>,
         ingress: Vec<LoadBalancerIngress>,
         pool: Option<String>,
+        /// The status drops an address the Service holds now: written before the writes that
+        /// may give that address to another Service.
+        releases: bool,
     },
     Event {
         svc: Arc<Service>,
@@ -412,6 +423,7 @@ impl Controller {
         writes.push(Write::Status {
             key,
             rv: svc.resource_version(),
+            releases: kept.len() < current.len(),
             ingress: kept,
             pool: None,
         });
@@ -510,11 +522,15 @@ impl Controller {
             .get(names::IP_ALLOCATED_FROM_POOL)
             .cloned();
         if desired != current || annotated != pool {
+            let releases = current
+                .iter()
+                .any(|c| !desired.iter().any(|d| d.ip == c.ip));
             writes.push(Write::Status {
                 key,
                 rv: svc.resource_version(),
                 ingress: desired,
                 pool,
+                releases,
             });
         }
         if outcome.frees_addresses() {
@@ -543,7 +559,11 @@ impl Controller {
         let client = self.client.clone();
         let leadership = self.leadership.clone();
         // Events go to their own task: they never hold up a status write.
-        let mut statuses = Vec::with_capacity(writes.len());
+        // Two batches: the statuses that drop an address first, then the rest, so that no
+        // moment shows an address in two Services' status (a Service moved to another pool
+        // and one given its old address in the same pass; the soak saw it once in an hour,
+        // in the first pass after a controller restart).
+        let (mut releasing, mut others) = (Vec::new(), Vec::new());
         for w in writes {
             match w {
                 Write::Event { svc, event } => self.publish(svc.object_ref(&()), event),
@@ -552,11 +572,36 @@ impl Controller {
                     rv,
                     ingress,
                     pool,
-                } => statuses.push((key, rv, ingress, pool)),
+                    releases,
+                } => {
+                    let batch = if releases {
+                        &mut releasing
+                    } else {
+                        &mut others
+                    };
+                    batch.push((key, rv, ingress, pool));
+                }
             }
         }
-        let total = statuses.len();
-        let results: Vec<WriteResult> = futures::stream::iter(statuses)
+        let total = releasing.len() + others.len();
+        let mut results = self.write_statuses(&client, &leadership, releasing).await;
+        results.extend(self.write_statuses(&client, &leadership, others).await);
+        let mut report = PassReport {
+            writes: total,
+            ..Default::default()
+        };
+        self.record_results(results, now, &mut report);
+        report
+    }
+
+    /// Writes `statuses`, 16 at a time.
+    async fn write_statuses(
+        &self,
+        client: &Client,
+        leadership: &Leadership,
+        statuses: Vec<StatusWrite>,
+    ) -> Vec<WriteResult> {
+        futures::stream::iter(statuses)
             .map(|(key, rv, ingress, pool)| {
                 let client = client.clone();
                 let leadership = leadership.clone();
@@ -583,11 +628,11 @@ impl Controller {
             })
             .buffer_unordered(16)
             .collect()
-            .await;
-        let mut report = PassReport {
-            writes: total,
-            ..Default::default()
-        };
+            .await
+    }
+
+    /// Takes the outcome of a pass's writes: back-off for failures, `report`'s counts.
+    fn record_results(&mut self, results: Vec<WriteResult>, now: Instant, report: &mut PassReport) {
         let mut repeated_failures = Vec::new();
         let mut server_answered = false;
         let mut failed_for_server = Vec::new();
@@ -662,7 +707,6 @@ impl Controller {
             };
             self.publish(service_ref(&key), event);
         }
-        report
     }
 
     /// Hands an Event to the publishing task.
