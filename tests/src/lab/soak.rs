@@ -644,7 +644,11 @@ impl Churn {
                 lo.parse().expect("an address"),
                 hi.parse().expect("an address"),
             );
-            tracker.lock().unwrap().removed_ranges.push(range);
+            // The same range every time: recorded once.
+            let mut t = tracker.lock().unwrap();
+            if !t.removed_ranges.contains(&range) {
+                t.removed_ranges.push(range);
+            }
             vec![L2_RANGE]
         };
         let patch = json!({
