@@ -270,10 +270,15 @@ async fn start(port: u16, retry: Duration) -> (BgpSpeaker, PeerId) {
 
 /// Accepts the speaker's next connection and takes it to the requested stage.
 async fn accept(listener: &TcpListener, stage: Stage) -> TcpStream {
-    let (mut s, _) = timeout(STEP, listener.accept())
+    let (s, _) = timeout(STEP, listener.accept())
         .await
         .expect("the speaker reconnects")
         .unwrap();
+    handshake(s, stage).await
+}
+
+/// Takes a connection the speaker opened to the requested stage.
+async fn handshake(mut s: TcpStream, stage: Stage) -> TcpStream {
     let open = timeout(STEP, read_message(&mut s)).await.unwrap().unwrap();
     assert_eq!(open[18], 1, "the speaker starts with an OPEN");
     if let Stage::Established = stage {
@@ -529,6 +534,122 @@ async fn a_peer_that_drops_every_session_it_accepts_is_retried_ever_later_and_di
         assert!(
             *gap >= want,
             "reconnect {i} after {gap:?}, before the back-off of {want:?}: {ms:?}"
+        );
+    }
+    let quiet_status = speaker.session_states()[&PeerId("quiet".into())].clone();
+    assert_eq!(quiet_status.state, ferrolb_speaker::bgp::State::Established);
+    assert_eq!(
+        quiet_status.established_count, 1,
+        "the other session never reset"
+    );
+    speaker.shutdown().await;
+}
+
+/// How long [`a_peer_that_flaps_every_second_is_retried_with_back_off_and_memory_stays_under_64_mib`]
+/// runs: `FERROLB_FLAP_SECONDS`, 20 s unless set. Ten minutes, as an operator's bad router would:
+/// `FERROLB_FLAP_SECONDS=600 cargo test --release -p ferrolb-speaker --test bgp_hostile flaps -- --nocapture`.
+fn flap_duration() -> Duration {
+    let seconds = std::env::var("FERROLB_FLAP_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    Duration::from_secs(seconds)
+}
+
+#[tokio::test]
+async fn a_peer_that_flaps_every_second_is_retried_with_back_off_and_memory_stays_under_64_mib() {
+    const LIMIT_KIB: u64 = 64 * 1024;
+    let flapping = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let quiet = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = Duration::from_millis(10);
+    let peer = |name: &str, port: u16| peer_config(name, port, base);
+    let speaker = BgpSpeaker::new();
+    // Both peers are to hold 1,000 routes, so that every new session has a table to send.
+    let routes: Vec<_> = (0..1000u32)
+        .map(|i| {
+            let a = Ipv4Addr::from(0x0a62_0000 + i);
+            ferrolb_speaker::bgp::Advertisement::new(format!("{a}/32").parse().unwrap())
+        })
+        .collect();
+    speaker.set_advertisements(&PeerId("flapping".into()), routes.clone());
+    speaker.set_advertisements(&PeerId("quiet".into()), routes);
+    speaker.set_peers(vec![
+        peer("flapping", flapping.local_addr().unwrap().port()),
+        peer("quiet", quiet.local_addr().unwrap().port()),
+    ]);
+    let _q = accept(&quiet, Stage::Established).await;
+
+    // RSS every second, from a task of its own, for the whole run.
+    let run_for = flap_duration();
+    let started = tokio::time::Instant::now();
+    let deadline = started + run_for;
+    let sampler = tokio::spawn(async move {
+        let mut samples = vec![];
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        while tokio::time::Instant::now() < deadline {
+            tick.tick().await;
+            samples.push((started.elapsed().as_secs(), rss_kib()));
+        }
+        samples
+    });
+    // Each session the speaker opens is taken to Established, sent 10,000 routes, and dropped a
+    // second later: the router flaps every second whenever the speaker lets it.
+    let mut gaps = vec![];
+    let mut dropped_at: Option<tokio::time::Instant> = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let wait = deadline - now;
+        let Ok(conn) = timeout(wait, flapping.accept()).await else {
+            break;
+        };
+        let mut s = handshake(conn.unwrap().0, Stage::Established).await;
+        if let Some(at) = dropped_at {
+            gaps.push(tokio::time::Instant::now().duration_since(at));
+        }
+        send_routes(&mut s, 0, 10_000).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(s);
+        dropped_at = Some(tokio::time::Instant::now());
+    }
+    let samples = sampler.await.unwrap();
+    let gaps_s: Vec<String> = gaps
+        .iter()
+        .map(|g| format!("{:.2}", g.as_secs_f64()))
+        .collect();
+    eprintln!(
+        "flapping peer for {} s: {} sessions established and dropped; the speaker came back after \
+         [{}] s",
+        run_for.as_secs(),
+        gaps.len() + usize::from(dropped_at.is_some()),
+        gaps_s.join(", ")
+    );
+    let step = (samples.len() / 20).max(1);
+    eprintln!("  s   RSS KiB (this test process: speaker, both peers, harness)");
+    for (at, kib) in samples.iter().step_by(step) {
+        eprintln!("{at:>4} {kib:>9}");
+    }
+    let (max_at, max) = samples.iter().map(|(at, k)| (*k, *at)).max().unwrap();
+    let first = samples.first().unwrap().1;
+    let last = samples.last().unwrap().1;
+    eprintln!("first {first} KiB, last {last} KiB, highest {max_at} KiB at {max} s");
+    assert!(
+        max_at < LIMIT_KIB,
+        "RSS reached {max_at} KiB at {max} s, over the 64 MiB a speaker may use"
+    );
+    assert!(
+        dropped_at.is_some(),
+        "the speaker never established a session with the flapping peer"
+    );
+    for (i, gap) in gaps.iter().enumerate() {
+        // At least the base doubled once per earlier drop, up to the longest back-off.
+        let want = (base * (1 << i.min(20))).min(ferrolb_speaker::bgp::config::MAX_CONNECT_RETRY);
+        assert!(
+            *gap >= want,
+            "session {} came {gap:?} after the last drop, before the back-off of {want:?}",
+            i + 2
         );
     }
     let quiet_status = speaker.session_states()[&PeerId("quiet".into())].clone();
