@@ -133,23 +133,42 @@ async fn a_service_whose_writes_always_fail_does_not_slow_the_others_and_gets_an
         .unwrap();
     assert!(ingress(&stuck).is_empty(), "its writes never went through");
     // Writes to it fail with 500 and back off: a handful of attempts, not a hot loop.
-    let attempts = cluster
-        .server
-        .request_log()
-        .into_iter()
-        .filter(|r| {
-            r.user_agent.starts_with("ferrolb-controller/")
-                && r.name.as_deref() == Some("stuck")
-                && r.subresource.as_deref() == Some("status")
-        })
-        .count();
+    let status_writes = || {
+        cluster
+            .server
+            .request_log()
+            .into_iter()
+            .filter(|r| {
+                r.user_agent.starts_with("ferrolb-controller/")
+                    && r.name.as_deref() == Some("stuck")
+                    && r.subresource.as_deref() == Some("status")
+            })
+            .count()
+    };
+    let attempts = status_writes();
     assert!(
         (5..=12).contains(&attempts),
         "{attempts} write attempts for the failing Service"
     );
-    // Once writes succeed again, it gets its address on the next retry.
+    // Once writes succeed again, it gets its address on the next retry: within the back-off
+    // its failures have reached by now (a slow machine lets more of them happen first), and a
+    // few seconds more.
     faults.clear();
-    let ingress = wait_for_ingress(&cluster.client(), "stuck").await;
+    let failed = status_writes();
+    let next_retry = ferrolb_controller::reconcile::write_backoff(failed as u32);
+    let api = Api::<Service>::namespaced(cluster.client(), "default");
+    let ingress = eventually(
+        next_retry + Duration::from_secs(5),
+        &format!("an address for stuck at its next retry ({failed} failures, {next_retry:?})"),
+        || {
+            let api = api.clone();
+            async move {
+                let ing = ingress(&api.get("stuck").await.ok()?);
+                (!ing.is_empty()).then_some(ing)
+            }
+        },
+    )
+    .await;
     assert_eq!(ingress.len(), 1);
 }
 
