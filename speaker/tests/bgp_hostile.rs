@@ -577,7 +577,19 @@ async fn a_peer_that_flaps_every_second_is_retried_with_back_off_and_memory_stay
         peer("flapping", flapping.local_addr().unwrap().port()),
         peer("quiet", quiet.local_addr().unwrap().port()),
     ]);
-    let _q = accept(&quiet, Stage::Established).await;
+    // The quiet peer stays a good one for the whole run: it reads what it is sent and keeps the
+    // session alive (its hold time is 90 s).
+    let (mut quiet_rx, mut quiet_tx) = accept(&quiet, Stage::Established).await.into_split();
+    let quiet_reader =
+        tokio::spawn(async move { tokio::io::copy(&mut quiet_rx, &mut tokio::io::sink()).await });
+    let quiet_keepalive = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            if quiet_tx.write_all(&header(19, 4)).await.is_err() {
+                return;
+            }
+        }
+    });
 
     // RSS every second, from a task of its own, for the whole run.
     let run_for = flap_duration();
@@ -658,5 +670,7 @@ async fn a_peer_that_flaps_every_second_is_retried_with_back_off_and_memory_stay
         quiet_status.established_count, 1,
         "the other session never reset"
     );
+    quiet_keepalive.abort();
+    quiet_reader.abort();
     speaker.shutdown().await;
 }
