@@ -547,7 +547,7 @@ async fn a_peer_that_drops_every_session_it_accepts_is_retried_ever_later_and_di
 
 /// How long [`a_peer_that_flaps_every_second_is_retried_with_back_off_and_memory_stays_under_64_mib`]
 /// runs: `FERROLB_FLAP_SECONDS`, 20 s unless set. Ten minutes, as an operator's bad router would:
-/// `FERROLB_FLAP_SECONDS=600 cargo test --release -p ferrolb-speaker --test bgp_hostile flaps -- --nocapture`.
+/// `FERROLB_FLAP_SECONDS=600 cargo test -p ferrolb-speaker --test bgp_hostile flaps -- --nocapture`.
 fn flap_duration() -> Duration {
     let seconds = std::env::var("FERROLB_FLAP_SECONDS")
         .ok()
@@ -643,13 +643,13 @@ async fn a_peer_that_flaps_every_second_is_retried_with_back_off_and_memory_stay
     for (at, kib) in samples.iter().step_by(step) {
         eprintln!("{at:>4} {kib:>9}");
     }
-    let (max_at, max) = samples.iter().map(|(at, k)| (*k, *at)).max().unwrap();
+    let (highest, highest_at) = samples.iter().map(|(at, k)| (*k, *at)).max().unwrap();
     let first = samples.first().unwrap().1;
     let last = samples.last().unwrap().1;
-    eprintln!("first {first} KiB, last {last} KiB, highest {max_at} KiB at {max} s");
+    eprintln!("first {first} KiB, last {last} KiB, highest {highest} KiB at {highest_at} s");
     assert!(
-        max_at < LIMIT_KIB,
-        "RSS reached {max_at} KiB at {max} s, over the 64 MiB a speaker may use"
+        highest < LIMIT_KIB,
+        "RSS reached {highest} KiB at {highest_at} s, over the 64 MiB a speaker may use"
     );
     assert!(
         dropped_at.is_some(),
