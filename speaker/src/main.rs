@@ -414,7 +414,11 @@ async fn speaker_main() -> anyhow::Result<()> {
                         }
                         if d.standing != standing {
                             note_standing(&standing, &d.standing, &live, &known);
-                            speaker.set_standby(d.standby);
+                            speaker.set_standby(
+                                d.standby,
+                                matches!(standing, Standing::Fenced { .. })
+                                    && !matches!(d.standing, Standing::Fenced { .. }),
+                            );
                             metrics
                                 .l2_fenced
                                 .set(i64::from(matches!(d.standing, Standing::Fenced { .. })));
@@ -834,7 +838,7 @@ fn note_standing(
         ),
         Standing::Waiting => info!(
             ?missing,
-            "gossip misses speakers Kubernetes counts as up and this side is a minority: it takes nothing over until the API server has its view"
+            "gossip misses speakers Kubernetes counts as up and this side is a minority: it stands by (answers only what the other side cannot) and takes nothing over until the API server has its view"
         ),
         Standing::Confirmed => info!(
             ?missing,

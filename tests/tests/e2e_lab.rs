@@ -1516,13 +1516,19 @@ fn a_gossip_partition_leaves_one_mac_per_address_within_a_second_and_each_moves_
             last_dup.unwrap_or(0)
         ));
     }
-    eprintln!(
+    let summary = format!(
         "gossip cut between {old} and the others for 30 s ({asked} questions asked):\n  {}",
         report.join("\n  ")
     );
-    let log: String = NODE_NAMES
-        .iter()
-        .map(|n| format!("--- {n}\n{}", lab.log_tail(&format!("speaker-{n}.log"), 12)))
+    eprintln!("{summary}");
+    // Every failure says what was measured and what each speaker last said.
+    let log: String = std::iter::once(summary)
+        .chain(NODE_NAMES.iter().map(|n| {
+            format!(
+                "\n--- {n}\n{}",
+                lab.log_tail(&format!("speaker-{n}.log"), 12)
+            )
+        }))
         .collect();
     assert!(
         late_single.is_empty(),
@@ -1540,7 +1546,7 @@ fn a_gossip_partition_leaves_one_mac_per_address_within_a_second_and_each_moves_
     );
     assert!(
         moves_after_heal.is_empty(),
-        "addresses that moved more than once after the heal: {moves_after_heal:?}"
+        "addresses that moved more than once after the heal: {moves_after_heal:?}\n{log}"
     );
     for ip in &l2 {
         assert_eq!(lab.topo.who_answers(*ip).unwrap().len(), 1, "{ip}");

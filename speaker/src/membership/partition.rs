@@ -15,10 +15,15 @@
 //!   name): its addresses move at once, as they always did: a crashed speaker fails over with no
 //!   API round trip. The lowest-named live member writes its side's view and renews it every
 //!   [`RENEW`] while the disagreement lasts.
-//! - **Minority**: it takes nothing over yet and keeps the election it had ([`Standing::Waiting`]).
-//!   After [`MINORITY_WAIT`] (time for a majority to write first) its lowest member writes its
-//!   view; once that view is the one on record it acts on it ([`Standing::Confirmed`]): the others
-//!   really are gone.
+//! - **Minority**: it takes nothing over yet and goes on standby in the election it had
+//!   ([`Standing::Waiting`]): it keeps only the addresses no node of the other side may hold, so
+//!   that it has stopped answering for the rest by the time the majority, which detects the
+//!   partition at about the same moment, takes them over. Both sides' own detection decides
+//!   when, not an API round trip: a write and a watch event can take seconds on a loaded API
+//!   server, and until the majority's view arrived a minority that kept its election answered
+//!   beside the majority. After [`MINORITY_WAIT`] (time for a majority to write first) its
+//!   lowest member writes its view; once that view is the one on record it acts on it
+//!   ([`Standing::Confirmed`]): the others really are gone.
 //! - **Fenced**: a fresh view, written by another speaker, that leaves this one out (while gossip
 //!   disagrees, or written by a member this one hears: the partition is one-way) means the other
 //!   side holds the addresses. This speaker elects among that view's live set and itself, on
@@ -37,6 +42,10 @@
 //! milliseconds after gossip's own detection, [`MINORITY_WAIT`] at most for the minority).
 //!
 //! # Caveats
+//! - A minority whose peers really died (two of three nodes at once, or the lowest-named of two)
+//!   answers for none of the addresses the dead could hold, its own included, for
+//!   [`MINORITY_WAIT`] and a write. Neighbours that resolved those addresses keep sending to the
+//!   MAC they have; only a new resolution waits, and ARP and NDP retry every second.
 //! - The API server unreachable from a minority: its write fails, and after the failed attempt it
 //!   acts on gossip alone ([`Standing::Unarbitrated`]), as it did before this existed: a speaker
 //!   whose peers all died must still take their addresses over (availability first). A partition
@@ -103,7 +112,7 @@ pub enum Standing {
     Agreed,
     /// Gossip misses some, and this side is the majority: it acts on gossip at once.
     Majority,
-    /// A minority waiting for the API server's word: the election it had is kept.
+    /// A minority waiting for the API server's word: on standby in the election it had.
     Waiting,
     /// A minority whose view is on record: the missing speakers are gone.
     Confirmed,
@@ -125,9 +134,9 @@ pub struct Decision {
     /// The live set the layer-2 election is to use.
     pub l2_live: BTreeSet<String>,
     /// Whether this speaker is on standby in that election: it owns an address only when no
-    /// other node of `l2_live` can (fenced: the other side's view plus this speaker, which so
-    /// keeps only what the other side cannot hold, such as an `externalTrafficPolicy: Local`
-    /// Service whose endpoints are all on this side).
+    /// other node of `l2_live` can (fenced: the other side's view plus this speaker; waiting:
+    /// the live set it had; either way it keeps only what the other side cannot hold, such as
+    /// an `externalTrafficPolicy: Local` Service whose endpoints are all on this side).
     pub standby: bool,
     /// A view to write now, if any (at most one write is in flight).
     pub write: Option<Write>,
@@ -303,7 +312,7 @@ impl Arbiter {
         }
         let next = next.into_iter().filter(|t| *t > now).min();
         Decision {
-            standby: matches!(standing, Standing::Fenced { .. }),
+            standby: matches!(standing, Standing::Fenced { .. } | Standing::Waiting),
             standing,
             l2_live,
             write,
@@ -389,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn a_minority_keeps_its_election_then_writes_after_the_wait_and_acts_once_its_view_is_on_record()
+    fn a_minority_stands_by_in_its_election_then_writes_after_the_wait_and_acts_once_its_view_is_on_record()
      {
         let c = Clock::new();
         let mut a = Arbiter::new("a");
@@ -403,6 +412,10 @@ mod tests {
         let d = a.decide(now, wall, &set(&["a"]), &known);
         assert_eq!(d.standing, Standing::Waiting);
         assert_eq!(d.l2_live, known, "the election it had, not every address");
+        assert!(
+            d.standby,
+            "on standby in it: the others take its addresses over"
+        );
         assert_eq!(d.write, None);
         assert_eq!(d.next, Some(now + MINORITY_WAIT));
         let (now, wall) = c.at(600);
@@ -415,6 +428,7 @@ mod tests {
         let d = a.decide(now, wall, &set(&["a"]), &known);
         assert_eq!(d.standing, Standing::Confirmed);
         assert_eq!(d.l2_live, set(&["a"]));
+        assert!(!d.standby);
     }
 
     #[test]

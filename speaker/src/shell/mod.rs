@@ -216,14 +216,18 @@ impl Speaker {
         }
     }
 
-    /// Puts this node on standby (fenced in a gossip partition: it owns an address only when
-    /// no node of the other side can) or takes it off; taken off, it arrives, as the others see
-    /// it then ([`Arrivals::rejoin`]).
-    pub fn set_standby(&mut self, standby: bool) {
+    /// Puts this node on standby (a minority in a gossip partition: it owns an address only
+    /// when no node of the other side can) or takes it off. On leaving a fence (`left_fence`:
+    /// the other side went on without it), it arrives, as the others see it then
+    /// ([`Arrivals::rejoin`]); a minority that only waited for the API server's word left
+    /// nobody's live set by standing by.
+    pub fn set_standby(&mut self, standby: bool, left_fence: bool) {
         if standby {
             self.standby = BTreeSet::from([self.settings.node.clone()]);
-        } else if !self.standby.is_empty() {
+        } else {
             self.standby.clear();
+        }
+        if left_fence {
             self.arrivals.rejoin();
         }
     }
