@@ -1190,7 +1190,8 @@ fn an_owner_frozen_for_five_seconds_and_excluded_meanwhile_announces_nothing_sta
     watch.kill();
     assert!(
         routed.is_empty(),
-        "the router routed through {old}: {routed:?}"
+        "the router routed through {old} after the wake: {routed:?}\n{}",
+        lab.log_tail(&format!("speaker-{old}.log"), 40)
     );
     let claims = read_claims(&out);
     let shown = |c: &Claim| {

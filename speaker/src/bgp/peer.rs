@@ -50,9 +50,12 @@ const READ_CHUNK: usize = 64 * 1024;
 const STOOD_STILL: Duration = Duration::from_millis(200);
 /// How long a connection attempt waits after the task stood still: what changed meanwhile (its
 /// Node excluded, a Service gone) waits in the speaker's watch connections and reaches the
-/// advertisements within milliseconds; a session re-established first (the first reconnect
-/// comes about 12 ms after a failure) would announce what the node no longer may.
-const WAKE_SETTLE: Duration = Duration::from_millis(300);
+/// advertisements within milliseconds on an idle machine; a session re-established first (the
+/// first reconnect comes about 12 ms after a failure) would announce what the node no longer
+/// may. It was 300 ms until a CI run whose two cores ran three lanes of suites and two builds
+/// saw a woken, excluded node's routes at the router: a process that was frozen for seconds
+/// loses nothing by waiting a second more, while its peer already withdrew its routes.
+const WAKE_SETTLE: Duration = Duration::from_secs(1);
 
 /// What the speaker can see of one session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
