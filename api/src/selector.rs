@@ -14,7 +14,7 @@ pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
     matches_with(selector, |k| labels.get(k).map(String::as_str))
 }
 
-/// [`matches`] over labels kept in another form: `label` gives the value of a key, if any.
+/// [`matches()`] over labels kept in another form: `label` gives the value of a key, if any.
 pub fn matches_with<'a>(selector: &LabelSelector, label: impl Fn(&str) -> Option<&'a str>) -> bool {
     let labels_ok = selector
         .match_labels

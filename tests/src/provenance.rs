@@ -47,7 +47,7 @@ pub fn line() -> String {
     )
 }
 
-/// Prints [`line`] as a bench's first output line.
+/// Prints [`line()`] as a bench's first output line.
 pub fn print() {
     println!("figures from {}", line());
 }

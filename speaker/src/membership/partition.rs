@@ -38,8 +38,10 @@
 //!
 //! # Guarantees
 //! With the API server reachable from both sides of a symmetric partition, at most one side
-//! answers for each address once the views have been exchanged (a write and a watch event: tens of
-//! milliseconds after gossip's own detection, [`MINORITY_WAIT`] at most for the minority).
+//! answers for each address from the moment both sides' gossip has detected it (the minority
+//! stands by then, the majority takes over then), not from when the views have been exchanged.
+//! A slow API server delays only the views; one slower than the view writer's timeout
+//! (`view_lease::WRITE_TIMEOUT`, 1 s) counts as unreachable (Caveats).
 //!
 //! # Caveats
 //! - A minority whose peers really died (two of three nodes at once, or the lowest-named of two)

@@ -5,7 +5,7 @@
 //! - An address is announced only when it lies in a ready pool, an `L2Advertisement` covers
 //!   that pool and selects (`serviceSelectors`) at least one Service holding it, and at least
 //!   one selected Service has a usable endpoint somewhere.
-//! - The advertisements that apply to an address ([`applying`]) are those covering its pool
+//! - The advertisements that apply to an address (`applying`) are those covering its pool
 //!   that select a Service on it with a usable endpoint; the others take no part in it (their
 //!   nodes and interfaces). A Service that no covering advertisement selects takes no part
 //!   either (its endpoints and traffic policy are not consulted), though it shares the address:

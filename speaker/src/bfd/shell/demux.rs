@@ -56,7 +56,7 @@ pub enum DropReason {
     TtlBelowMinimum {
         /// The TTL / hop limit received.
         received: u8,
-        /// [`SessionConfig::minimum_ttl`].
+        /// [`SessionConfig::minimum_ttl`](crate::bfd::session::SessionConfig::minimum_ttl).
         minimum: u8,
     },
     /// The kernel gave no TTL / hop limit with the datagram.
@@ -77,7 +77,7 @@ pub enum DropReason {
     /// The session's queue was full.
     #[error("BFD session's receive queue is full; its task is not keeping up")]
     QueueFull,
-    /// The session refused it ([`Output::Discarded`]).
+    /// The session refused it ([`Output::Discarded`](crate::bfd::session::Output::Discarded)).
     #[error(transparent)]
     Refused(Discard),
     /// Sending failed (counted with the drops: the peer never saw the packet).
@@ -86,7 +86,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    /// A short stable label for metrics and [`BfdStatus::dropped`].
+    /// A short stable label for metrics and [`BfdStatus::dropped`](crate::bfd::shell::BfdStatus::dropped).
     pub fn metric_label(&self) -> &'static str {
         match self {
             DropReason::TtlNot255 { .. } => "ttl_not_255",
