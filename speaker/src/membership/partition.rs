@@ -433,6 +433,70 @@ mod tests {
         assert!(!d.standby);
     }
 
+    /// The addresses of `addrs` that `me` answers for on `d`: the layer-2 election over
+    /// `d.l2_live`, with `me` on standby when `d` says so, as the planner runs it.
+    fn answered_by(
+        me: &str,
+        d: &Decision,
+        addrs: &[std::net::IpAddr],
+    ) -> BTreeSet<std::net::IpAddr> {
+        use crate::l2::election::{Standing as Rank, owner_by_standing};
+        addrs
+            .iter()
+            .copied()
+            .filter(|ip| {
+                let candidates = d.l2_live.iter().map(|n| {
+                    let rank = if n == me && d.standby {
+                        Rank::PLAIN.on_standby()
+                    } else {
+                        Rank::PLAIN
+                    };
+                    (n.as_str(), rank)
+                });
+                owner_by_standing(*ip, candidates) == Some(me)
+            })
+            .collect()
+    }
+
+    /// Fails with the minority keeping its election while it waits (10.99.0.0 answered by 2
+    /// speakers at +100 ms), as it did before the views could be slow.
+    #[test]
+    fn in_a_partition_whose_views_have_not_arrived_each_address_is_answered_by_exactly_one_side() {
+        let c = Clock::new();
+        let known = set(&["a", "b", "c"]);
+        let addrs: Vec<std::net::IpAddr> = (0..=255u8)
+            .map(|i| std::net::IpAddr::from([10, 99, 0, i]))
+            .collect();
+        let mut arbiters: Vec<Arbiter> = ["a", "b", "c"].into_iter().map(Arbiter::new).collect();
+        let (now, wall) = c.at(0);
+        for x in &mut arbiters {
+            x.decide(now, wall, &known, &known);
+        }
+        // a is cut off from b and c; the API server is slow: no view reaches anyone, for as
+        // long as the minority waits and after (its write still in flight).
+        for ms in [100, 400, 700] {
+            let (now, wall) = c.at(ms);
+            let mut answering: Vec<BTreeSet<std::net::IpAddr>> = Vec::new();
+            for x in &mut arbiters {
+                let live = if x.me == "a" {
+                    set(&["a"])
+                } else {
+                    set(&["b", "c"])
+                };
+                let d = x.decide(now, wall, &live, &known);
+                answering.push(answered_by(&x.me, &d, &addrs));
+            }
+            for ip in &addrs {
+                let by = answering.iter().filter(|s| s.contains(ip)).count();
+                assert_eq!(by, 1, "{ip} answered by {by} speakers at +{ms} ms");
+            }
+            assert!(
+                answering[0].is_empty(),
+                "the minority answers nothing another side can hold"
+            );
+        }
+    }
+
     #[test]
     fn a_minority_that_sees_the_majoritys_fresh_view_answers_for_nothing() {
         let c = Clock::new();
