@@ -1080,6 +1080,13 @@ fn freeze_web_owner(lab: &Lab) -> FrozenOwner {
     let web = all_addresses_of(&addresses(lab), "web");
     let i = Topology::node_index(&old).unwrap();
     let old_mac = lab.topo.node_mac(i).unwrap();
+    // The freeze must find the owner's BFD session up at the router, or the router keeps its
+    // routes for the hold time (a lab whose speaker had started 0.4 s before the freeze, its
+    // BFD session not yet up, failed the route check under load).
+    lab.wait(CONVERGE, "the owner's BFD session up at the router", || {
+        lab.router.bfd_up(i).then_some(())
+    })
+    .unwrap();
     let (watch, out) = watch_claims(lab, &web);
     let pid = lab.speaker_pid(i).expect("the owner's speaker runs");
     signal(pid, "-STOP");

@@ -256,6 +256,29 @@ impl Router {
         }
     }
 
+    /// Whether the router's BFD session with node `i` (its IPv4 address) is up: only then does
+    /// a node that stops answering BFD lose its BGP session within the BFD detection time
+    /// rather than the hold time.
+    pub fn bfd_up(&self, i: usize) -> bool {
+        let node = node_v4(i).to_string();
+        match self.kind {
+            RouterKind::Bird => self.birdc(&["show", "bfd", "sessions"]).lines().any(|l| {
+                let mut cols = l.split_whitespace();
+                cols.next() == Some(node.as_str()) && cols.any(|c| c == "Up")
+            }),
+            RouterKind::Frr => {
+                let out = self.vtysh(&["show bfd peers json"]);
+                let needle = format!("\"peer\":\"{node}\"");
+                out.find(&needle).is_some_and(|at| {
+                    out[at..]
+                        .split('}')
+                        .next()
+                        .is_some_and(|b| b.contains("\"status\":\"up\""))
+                })
+            }
+        }
+    }
+
     fn birdc(&self, args: &[&str]) -> String {
         let ctl = self.dir.join("bird.ctl");
         let mut full: Vec<&std::ffi::OsStr> = vec![
