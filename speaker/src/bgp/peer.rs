@@ -52,9 +52,10 @@ const STOOD_STILL: Duration = Duration::from_millis(200);
 /// Node excluded, a Service gone) waits in the speaker's watch connections and reaches the
 /// advertisements within milliseconds on an idle machine; a session re-established first (the
 /// first reconnect comes about 12 ms after a failure) would announce what the node no longer
-/// may. It was 300 ms until a CI run whose two cores ran three lanes of suites and two builds
-/// saw a woken, excluded node's routes at the router: a process that was frozen for seconds
-/// loses nothing by waiting a second more, while its peer already withdrew its routes.
+/// may. 1 s leaves room for a loaded machine: a process that was frozen for seconds loses
+/// nothing by waiting a second more, while its peer (BFD) already withdrew its routes. (It was
+/// raised from 300 ms after a CI failure whose cause proved to be the test's: it froze a speaker
+/// whose BFD session was not up yet, so the router kept the routes for the hold time.)
 const WAKE_SETTLE: Duration = Duration::from_secs(1);
 
 /// What the speaker can see of one session.
