@@ -260,6 +260,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut view_lease: Option<ViewLease> = None;
     let mut written_seen = 0u64;
     let mut standing = Standing::Agreed;
+    let mut standby = false;
     let mut arbiter_next: Option<Instant> = None;
     let mut changed_since_trim = 0usize;
     let mut states_changed = true;
@@ -412,17 +413,23 @@ async fn speaker_main() -> anyhow::Result<()> {
                         {
                             arbiter.written(now, Written::Unreachable);
                         }
-                        if d.standing != standing {
-                            note_standing(&standing, &d.standing, &live, &known);
-                            speaker.set_standby(
-                                d.standby,
-                                matches!(standing, Standing::Fenced { .. })
-                                    && !matches!(d.standing, Standing::Fenced { .. }),
-                            );
+                        // Standby can end without a change of standing (a lifted fence's
+                        // wait for the rest of the other side ending).
+                        if d.standing != standing || d.standby != standby {
+                            let left_fence = matches!(standing, Standing::Fenced { .. })
+                                && !matches!(d.standing, Standing::Fenced { .. });
+                            if d.standing != standing {
+                                note_standing(&standing, &d.standing, &live, &known);
+                            }
+                            if d.standing == standing && standby && !d.standby {
+                                info!(standing = ?d.standing, "the fence lifted a while ago and gossip still misses speakers: this side takes their layer-2 addresses over");
+                            }
+                            speaker.set_standby(d.standby, left_fence);
                             metrics
                                 .l2_fenced
                                 .set(i64::from(matches!(d.standing, Standing::Fenced { .. })));
                             standing = d.standing;
+                            standby = d.standby;
                         }
                         arbiter_next = d.next;
                         arbitrated = d.l2_live;

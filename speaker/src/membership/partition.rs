@@ -31,7 +31,12 @@
 //!   `externalTrafficPolicy: Local` Service with endpoints on this side only), until the view
 //!   changes, goes stale
 //!   ([`FRESH`]: its writer stopped renewing, so that side is gone too) or gossip heals and the
-//!   writer, seeing this one again, writes a view that includes it.
+//!   writer, seeing this one again, writes a view that includes it. Leaving the fence, it stays
+//!   on standby until its gossip sees every speaker Kubernetes counts, for at most
+//!   [`HEAL_WAIT`]: a heal reaches the members one by one, and a speaker the writer's new view
+//!   lets go before it hears the rest of the other side would otherwise take back addresses that
+//!   side still answers for (seen: node-c answered beside node-b for 80 ms, because node-b heard
+//!   of the heal 80 ms after node-c did).
 //! - **Agreed**: gossip sees every speaker Kubernetes counts: gossip alone decides, nothing is
 //!   written (except once, by the writer of a fresh view that this one's live set has outgrown,
 //!   so that fenced speakers learn of the heal at once).
@@ -71,6 +76,9 @@ pub const MINORITY_WAIT: Duration = Duration::from_millis(500);
 pub const RENEW: Duration = Duration::from_secs(2);
 /// How long a view counts after its last renewal.
 pub const FRESH: Duration = Duration::from_secs(6);
+/// How long a speaker whose fence has lifted stays on standby at most, waiting for its gossip to
+/// see every speaker Kubernetes counts (one that never does died meanwhile).
+pub const HEAL_WAIT: Duration = Duration::from_millis(500);
 
 /// A view on record: who wrote it, the live set it saw, the Lease's `resourceVersion` and the
 /// writer's wall-clock time of the write.
@@ -138,7 +146,8 @@ pub struct Decision {
     /// Whether this speaker is on standby in that election: it owns an address only when no
     /// other node of `l2_live` can (fenced: the other side's view plus this speaker; waiting:
     /// the live set it had; either way it keeps only what the other side cannot hold, such as
-    /// an `externalTrafficPolicy: Local` Service whose endpoints are all on this side).
+    /// an `externalTrafficPolicy: Local` Service whose endpoints are all on this side; its fence
+    /// just lifted: its live set, until gossip sees every known speaker or [`HEAL_WAIT`] passed).
     pub standby: bool,
     /// A view to write now, if any (at most one write is in flight).
     pub write: Option<Write>,
@@ -160,6 +169,10 @@ pub struct Arbiter {
     in_flight: bool,
     /// The last write in this disagreement failed to reach the API server.
     unreachable: bool,
+    /// Whether the last decision was [`Standing::Fenced`].
+    fenced: bool,
+    /// When the fence last lifted, while gossip has not yet seen every known speaker since.
+    fence_lifted: Option<Instant>,
 }
 
 impl Arbiter {
@@ -175,6 +188,8 @@ impl Arbiter {
             last_write: None,
             in_flight: false,
             unreachable: false,
+            fenced: false,
+            fence_lifted: None,
         }
     }
 
@@ -312,9 +327,28 @@ impl Arbiter {
         if writer {
             next.extend(self.last_write.map(|t| t + RENEW));
         }
+        // Leaving the fence: on standby until gossip agrees, for at most HEAL_WAIT.
+        let fenced = matches!(standing, Standing::Fenced { .. });
+        if self.fenced && !fenced {
+            self.fence_lifted = Some(now);
+        }
+        self.fenced = fenced;
+        if fenced || standing == Standing::Agreed {
+            self.fence_lifted = None;
+        }
+        let healing = match self.fence_lifted {
+            Some(t) if now < t + HEAL_WAIT => {
+                next.push(t + HEAL_WAIT);
+                true
+            }
+            _ => {
+                self.fence_lifted = None;
+                false
+            }
+        };
         let next = next.into_iter().filter(|t| *t > now).min();
         Decision {
-            standby: matches!(standing, Standing::Fenced { .. } | Standing::Waiting),
+            standby: fenced || standing == Standing::Waiting || healing,
             standing,
             l2_live,
             write,
@@ -605,6 +639,92 @@ mod tests {
             None,
             "written once"
         );
+    }
+
+    /// Replays a heal seen in the lab (node-c fenced, node-b holding its addresses): the
+    /// writer's new view lets c go when c hears a again but not yet b, and b hears of the heal
+    /// 80 ms after c does. Fails with c acting on {a, c} at once (c and b both answered the
+    /// addresses that c ranks above a and b ranks above a).
+    #[test]
+    fn a_speaker_whose_fence_lifts_before_it_hears_the_whole_other_side_takes_nothing_back_until_it_does()
+     {
+        let c = Clock::new();
+        let all = set(&["a", "b", "c"]);
+        let addrs: Vec<std::net::IpAddr> = (0..=255u8)
+            .map(|i| std::net::IpAddr::from([10, 99, 0, i]))
+            .collect();
+        let mut arbiters: Vec<Arbiter> = ["a", "b", "c"].into_iter().map(Arbiter::new).collect();
+        let (now, wall) = c.at(0);
+        let partitioned = view("a", &["a", "b"], "9", wall);
+        for x in &mut arbiters {
+            x.observe(now, Some(partitioned.clone()));
+            let live = if x.me == "c" {
+                set(&["c"])
+            } else {
+                set(&["a", "b"])
+            };
+            x.decide(now, wall, &live, &all);
+        }
+        assert!(arbiters[2].fenced, "c is fenced");
+        // Gossip heals at +1,000 ms: a hears c and writes a view with it; c hears a at once,
+        // b 100 ms later; b hears c 80 ms after the heal.
+        let (now, wall) = c.at(1_000);
+        let healed = view("a", &["a", "b", "c"], "10", wall);
+        let mut c_unfenced = None;
+        for ms in [1_000u64, 1_020, 1_050, 1_079, 1_080, 1_099, 1_100, 1_200] {
+            let (now, wall) = c.at(ms);
+            let mut answering: Vec<BTreeSet<std::net::IpAddr>> = Vec::new();
+            for x in &mut arbiters {
+                x.observe(now, Some(healed.clone()));
+                let live = match x.me.as_str() {
+                    "a" => all.clone(),
+                    "b" if ms < 1_080 => set(&["a", "b"]),
+                    "c" if ms < 1_100 => set(&["a", "c"]),
+                    _ => all.clone(),
+                };
+                let d = x.decide(now, wall, &live, &all);
+                if x.me == "c" && ms < 1_100 {
+                    assert!(d.standby, "+{ms} ms: c stands by until it hears b");
+                    c_unfenced.get_or_insert(d.next);
+                }
+                answering.push(answered_by(&x.me, &d, &addrs));
+            }
+            for ip in &addrs {
+                let by = answering.iter().filter(|s| s.contains(ip)).count();
+                assert!(by <= 1, "{ip} answered by {by} speakers at +{ms} ms");
+                if ms >= 1_100 {
+                    assert_eq!(by, 1, "{ip} unanswered at +{ms} ms");
+                }
+            }
+        }
+        assert_eq!(
+            c_unfenced,
+            Some(Some(now + HEAL_WAIT)),
+            "decides again when the wait ends"
+        );
+    }
+
+    #[test]
+    fn a_speaker_whose_fence_lifts_acts_on_its_gossip_after_the_heal_wait_when_a_speaker_stays_missing()
+     {
+        let c = Clock::new();
+        let mut x = Arbiter::new("c");
+        let all = set(&["a", "b", "c"]);
+        let (now, wall) = c.at(0);
+        x.observe(now, Some(view("a", &["a", "b"], "9", wall)));
+        assert!(x.decide(now, wall, &set(&["c"]), &all).standby);
+        // The fence lifts; b died meanwhile and never comes back to gossip.
+        let (now, wall) = c.at(1_000);
+        x.observe(now, Some(view("a", &["a", "c"], "10", wall)));
+        let d = x.decide(now, wall, &set(&["a", "c"]), &all);
+        assert_eq!(d.standing, Standing::Majority);
+        assert!(d.standby);
+        assert_eq!(d.next, Some(now + HEAL_WAIT));
+        let (now, wall) = c.at(1_000 + HEAL_WAIT.as_millis() as u64);
+        let d = x.decide(now, wall, &set(&["a", "c"]), &all);
+        assert_eq!(d.standing, Standing::Majority);
+        assert!(!d.standby, "b's addresses are taken over after the wait");
+        assert_eq!(d.l2_live, set(&["a", "c"]));
     }
 
     #[test]
