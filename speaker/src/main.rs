@@ -11,8 +11,9 @@
 //!        ├─ BGPSessionState task (latest session states, at most once a second)    │
 //!        ├─ ConfigurationState task (this node's checks, when they change)         │
 //!        ├─ telemetry::serve (/metrics /healthz /readyz)                           ▼
-//!        └─ sync loop: once every kind has listed; on change (debounced), or every 5 s for
-//!           interfaces and session metrics ─► Speaker::sync (no API call)
+//!        └─ sync loop: once every kind has listed; on change (at once; a burst paced by
+//!           shell::pace), or every 5 s for interfaces and session metrics
+//!           ─► Speaker::sync (no API call)
 //! ```
 //!
 //! On SIGTERM: the gossip state says "leaving" (the others take the layer-2 addresses over),
@@ -277,6 +278,7 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut rejoined_seen = 0u64;
     let mut reannounce_at: Option<Instant> = None;
     let mut rejoin_hold: Option<(Instant, BTreeSet<String>)> = None;
+    let mut pace = ferrolb_speaker::shell::pace::Pace::new();
     let run = async {
         loop {
             if let Some(g) = &gossip {
@@ -315,6 +317,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                 }
             }
             let t = Instant::now();
+            pace.pass(t);
             if let Some(g) = &gossip {
                 let rejoined = g.counters().rejoined;
                 if rejoined > rejoined_seen {
@@ -536,7 +539,11 @@ async fn speaker_main() -> anyhow::Result<()> {
                 .map(tokio::time::Instant::from_std)
                 .fold(refresh, tokio::time::Instant::min);
             tokio::select! {
-                _ = changed.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
+                // At once after a quiet spell; a burst's later changes go in one pass a window
+                // after the last.
+                _ = changed.notified() => if let Some(at) = pace.changed(Instant::now()) {
+                    tokio::time::sleep_until(at.into()).await;
+                },
                 states = gossip_changed => states_changed |= states,
                 _ = lease_changed => {}
                 _ = tokio::time::sleep_until(wake) => {}

@@ -15,6 +15,7 @@
 
 pub mod checks;
 pub mod metrics;
+pub mod pace;
 pub mod sessions;
 pub mod snapshot;
 pub mod status;
