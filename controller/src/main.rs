@@ -8,7 +8,8 @@
 //!        ├─ telemetry::serve  (/metrics /healthz /readyz)
 //!        ├─ events::EventQueue::run  (Events, 2 at a time, coalesced by Service and reason)
 //!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
-//!                 pass(changed Services) per batch of changes; pass(All) every 30 s, when a
+//!                 pass(changed Services) per batch of changes; pass(Resync) every 30 s (what
+//!                 is not in order at its cached version), pass(All) when a
 //!                 namespace or a pool's spec changes; every write re-checks leadership
 //! ```
 
@@ -83,6 +84,10 @@ struct Args {
     /// Pause between election attempts.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     retry_period: Duration,
+    /// How often the safety-net pass looks again at every Service not found in order at the
+    /// version the cache shows (those in order cost a lookup each).
+    #[arg(long, env = "FERROLB_RESYNC_PERIOD", default_value = "30s", value_parser = parse_duration)]
+    resync_period: Duration,
 }
 
 fn parse_ip_mode(s: &str) -> Result<IpMode, String> {
@@ -267,7 +272,7 @@ async fn main() -> anyhow::Result<()> {
             let mut last_full = Instant::now();
             while leadership.is_leader() {
                 let report = controller.pass(&stores, scope, Instant::now()).await;
-                let mut wake = last_full + RESYNC;
+                let mut wake = last_full + args.resync_period;
                 if let Some(at) = report.next_retry {
                     wake = wake.min(at);
                 }
@@ -286,9 +291,14 @@ async fn main() -> anyhow::Result<()> {
                 let mut keys = report.retry;
                 keys.extend(batch.services);
                 keys.extend(controller.due(Instant::now()));
-                scope = if batch.everything || last_full.elapsed() >= RESYNC {
+                scope = if batch.everything {
                     last_full = Instant::now();
                     Scope::All
+                } else if last_full.elapsed() >= args.resync_period {
+                    // The safety net: what is not in order at the version the cache shows
+                    // (the batch's Services among them: their versions changed).
+                    last_full = Instant::now();
+                    Scope::Resync
                 } else if batch.config {
                     Scope::Config(keys)
                 } else {
@@ -306,9 +316,6 @@ async fn main() -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
     Ok(())
 }
-
-/// A pass over every Service at least this often, whatever the watches say.
-const RESYNC: Duration = Duration::from_secs(30);
 
 /// Starts a watcher feeding a reflector store; every change is recorded in the work queue.
 fn spawn_store<K>(api: Api<K>, queue: &Arc<WorkQueue>, record: fn(&WorkQueue, &K)) -> Store<K>

@@ -58,6 +58,10 @@ pub struct Metrics {
     pub api_errors: Family<OperationLabels, Counter>,
     /// Status writes that changed a Service's addresses.
     pub status_writes: Counter,
+    /// Services reconciled by passes (looked at, whether or not anything was written).
+    pub services_reconciled: Counter,
+    /// Periodic safety-net passes run.
+    pub periodic_passes: Counter,
     /// Events dropped because the Event queue was full (the API server is far behind).
     pub events_dropped: Counter,
     /// 1 while this replica leads.
@@ -99,6 +103,16 @@ impl Metrics {
             "service_status_writes",
             "Service status writes that changed addresses",
             self.status_writes.clone(),
+        );
+        registry.register(
+            "services_reconciled",
+            "Services reconciled by passes, whether or not anything was written",
+            self.services_reconciled.clone(),
+        );
+        registry.register(
+            "controller_periodic_passes",
+            "Periodic safety-net passes run (each reconciles what is not in order)",
+            self.periodic_passes.clone(),
         );
         registry.register(
             "events_dropped",

@@ -117,6 +117,10 @@ struct Memo {
     /// The addresses a Service that stopped being ours held, until its status no longer
     /// shows them (they are released from the allocator at once).
     releasing: Vec<String>,
+    /// The resourceVersion at which the Service was last found in order: its address held,
+    /// its status showing it, nothing refused, nothing to write. The periodic pass
+    /// ([`Scope::Resync`]) skips it while the cache still shows that version.
+    settled: Option<String>,
 }
 
 /// Failed status writes in a row after which a `StatusWriteFailed` Event is emitted.
@@ -161,8 +165,15 @@ pub struct Settings {
 /// Which Services a pass looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
-    /// Every Service (start, resync, pool or namespace changes).
+    /// Every Service (start, pool or namespace changes).
     All,
+    /// The periodic safety net: every Service but those found in order at the version the
+    /// cache still shows ([`Memo`]'s `settled`), and those known here that the cache no longer
+    /// has. Its cost is a lookup per Service plus a reconcile per one not in order, not a
+    /// reconcile per Service: pools, namespaces and configuration did not change (those make
+    /// [`Scope::All`]), so a Service whose object did not change either has nothing new to
+    /// look at; one refused, backing off or being released is never settled.
+    Resync,
     /// Only these (their object changed, or a write for them failed).
     Services(BTreeSet<ServiceKey>),
     /// Configuration objects changed, and these Services: pools are checked again (a new,
@@ -280,7 +291,7 @@ impl Controller {
     /// the same pass; Services backing off until after `now` are left for later.
     pub async fn pass(&mut self, stores: &Stores, scope: Scope, now: Instant) -> PassReport {
         let pools = stores.pools.state();
-        let config = matches!(scope, Scope::All | Scope::Config(_));
+        let config = matches!(scope, Scope::All | Scope::Resync | Scope::Config(_));
         let mut scope = match scope {
             Scope::Config(keys) => Scope::Services(keys),
             other => other,
@@ -303,9 +314,40 @@ impl Controller {
                 scope = Scope::All;
             }
         }
-        let full = matches!(scope, Scope::All);
+        let full = matches!(scope, Scope::All | Scope::Resync);
         let mut queue: BTreeSet<ServiceKey> = match scope {
             Scope::Services(keys) | Scope::Config(keys) => keys,
+            Scope::Resync => {
+                self.metrics.periodic_passes.inc();
+                let services = stores.services.state();
+                let mut keys = BTreeSet::new();
+                for svc in &services {
+                    let key = service_key(svc);
+                    let settled = self
+                        .memo
+                        .get(&key)
+                        .and_then(|m| m.settled.as_ref())
+                        .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv));
+                    if !settled {
+                        keys.insert(key);
+                    }
+                }
+                // Known here, gone from the cache: deleted (their release is due).
+                let gone = |k: &&ServiceKey| {
+                    stores
+                        .services
+                        .get(&ObjectRef::new(&k.name).within(&k.namespace))
+                        .is_none()
+                };
+                keys.extend(self.memo.keys().filter(gone).cloned());
+                keys.extend(self.allocator.services().filter(gone).cloned());
+                debug!(
+                    services = services.len(),
+                    unsettled = keys.len(),
+                    "periodic pass"
+                );
+                keys
+            }
             Scope::All => {
                 let mut keys: BTreeSet<ServiceKey> = stores
                     .services
@@ -334,6 +376,7 @@ impl Controller {
             {
                 continue; // backing off; `due` brings it back
             }
+            self.metrics.services_reconciled.inc();
             let span = debug_span!("service", service = %key);
             let _entered = span.enter();
             let object = stores
@@ -401,6 +444,7 @@ impl Controller {
             .map(|a| a.ips.iter().map(ToString::to_string).collect())
             .unwrap_or_default();
         let memo = self.memo.entry(key.clone()).or_default();
+        memo.settled = None;
         if !held.is_empty() {
             memo.releasing = held;
         }
@@ -415,6 +459,7 @@ impl Controller {
             .collect();
         if !annotated && kept.len() == current.len() {
             memo.releasing.clear();
+            memo.settled = svc.resource_version();
             return;
         }
         if memo.written_over.is_some() && memo.written_over == svc.resource_version() {
@@ -446,6 +491,7 @@ impl Controller {
     ) -> Vec<ServiceKey> {
         let key = service_key(svc);
         let memo = self.memo.entry(key.clone()).or_default();
+        memo.settled = None;
         if memo.written_over.is_some() && memo.written_over == svc.resource_version() {
             return vec![]; // our last write is not in the cache yet
         }
@@ -532,6 +578,11 @@ impl Controller {
                 pool,
                 releases,
             });
+        } else if matches!(outcome, Outcome::Unchanged(_)) {
+            let memo = self.memo.entry(key).or_default();
+            if memo.retry_at.is_none() && memo.releasing.is_empty() {
+                memo.settled = svc.resource_version();
+            }
         }
         if outcome.frees_addresses() {
             self.allocator.waiting()
@@ -929,7 +980,7 @@ impl Controller {
         }
         self.metrics
             .services_allocated
-            .set(self.allocator.assignments().len() as i64);
+            .set(self.allocator.assigned_services() as i64);
     }
 }
 

@@ -217,3 +217,60 @@ async fn a_peer_naming_a_missing_password_secret_is_not_ready_until_the_secret_i
     cluster.create_password_secret("md5").await;
     cluster.wait_for_ready::<BGPPeer>("tor", "True").await;
 }
+
+/// The periodic safety net costs a lookup per Service that is in order, not a reconcile: over
+/// three periodic passes, 40 Services holding their addresses are not reconciled again, while
+/// one refused (an unknown pool) is, in each. Fails with every pass reconciling every Service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_pass_reconciles_only_the_services_that_are_not_in_order() {
+    const PASSES: &str = "ferrolb_controller_periodic_passes_total";
+    const RECONCILED: &str = "ferrolb_services_reconciled_total";
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.13.0/26"], None).await;
+    let metrics = free_local_addr();
+    let _controller = cluster.spawn_controller_with("c1", &metrics, &["--resync-period", "1s"]);
+    for i in 0..40 {
+        cluster.create_service(&format!("s{i}"), &[]).await;
+    }
+    cluster
+        .create_service("lost", &[(names::ADDRESS_POOL, "nope")])
+        .await;
+    for i in 0..40 {
+        wait_for_ingress(&cluster.client(), &format!("s{i}")).await;
+    }
+    let read = |name: &'static str| {
+        let metrics = metrics.clone();
+        move || {
+            let metrics = metrics.clone();
+            async move { metric(&metrics, name) }
+        }
+    };
+    // Two periodic passes after the last address: every Service has been seen in order at
+    // the version the cache shows.
+    let first = eventually(Duration::from_secs(60), "the metrics", read(PASSES)).await;
+    let passes = |at_least: f64| {
+        let read = read(PASSES);
+        async move {
+            eventually(Duration::from_secs(60), "periodic passes", move || {
+                let f = read();
+                async move { f.await.filter(|p| *p >= at_least) }
+            })
+            .await
+        }
+    };
+    let p0 = passes(first + 2.0).await;
+    let r0 = metric(&metrics, RECONCILED).expect("the reconcile count");
+    let p1 = passes(p0 + 3.0).await;
+    let r1 = metric(&metrics, RECONCILED).expect("the reconcile count");
+    let (ran, reconciled) = (p1 - p0, r1 - r0);
+    eprintln!("{ran} periodic passes reconciled {reconciled} Services (41 exist)");
+    // One pass may fall between a count and the other's read: a margin of one each way.
+    assert!(
+        reconciled >= ran - 1.0,
+        "the refused Service is looked at again in every periodic pass: {reconciled} in {ran}"
+    );
+    assert!(
+        reconciled <= ran + 2.0,
+        "the 40 Services in order are not reconciled again: {reconciled} in {ran} passes"
+    );
+}

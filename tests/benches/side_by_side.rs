@@ -24,7 +24,11 @@
 //!   restarts with the same identity, as a Pod whose container restarts does.
 //! - **IPv6 /64 pool**: `FERROLB_BENCH_V6_SERVICES` (10,000) Services from a /64 pool: the time
 //!   to assign them all, the controller's CPU time meanwhile, its peak and settled RSS, and its
-//!   idle CPU over 10 s afterwards.
+//!   CPU 5 to 15 s after the last address and once settled, 35 to 65 s after it (one periodic
+//!   pass over every Service falls in those 30 s); the CPU of each second after the last
+//!   address is printed on the way, to show what each window holds.
+//!
+//! `FERROLB_BENCH_SYSTEMS` (`metallb`, `ferrolb`) runs the controller part for those only too.
 //!
 //! Lab scenarios (needs root; `side_by_side/lab.rs`): the lab's three nodes, BIRD router and two
 //! clients, with each system's controller and speakers (`ferrolb-lab --system metallb` shows the
@@ -381,7 +385,10 @@ struct Figures {
     v6_cpu: Duration,
     v6_peak_kib: u64,
     v6_rss_kib: u64,
+    /// 5 to 15 s after the last address.
     v6_idle_cpu: f64,
+    /// 35 to 65 s after it: one periodic pass, the Events published.
+    v6_settled_cpu: f64,
 }
 
 async fn assign_and_restart(system: System, repeat: usize, f: &mut Figures) {
@@ -465,10 +472,25 @@ async fn v6_pool(system: System, count: usize, f: &mut Figures) {
     f.v6_assign = done - start;
     f.v6_cpu = cpu_time(pid) - cpu0;
     f.v6_peak_kib = status_kib(pid, "VmHWM:");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let window = CpuWindow::start(pid);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    (f.v6_idle_cpu, _) = window.percent();
+    // CPU second by second for 65 s after the last address: what the windows below hold
+    // (Events still being published, the periodic pass over every Service), printed.
+    let mut used = vec![ferrolb_tests::process::cpu_time_ns(pid)];
+    let tick = Instant::now();
+    for s in 1..=65u32 {
+        tokio::time::sleep_until((tick + Duration::from_secs(u64::from(s))).into()).await;
+        used.push(ferrolb_tests::process::cpu_time_ns(pid));
+    }
+    let share = |from: usize, to: usize| {
+        used[to].saturating_sub(used[from]).as_secs_f64() / (to - from) as f64 * 100.0
+    };
+    let per_second: Vec<String> = (0..65).map(|s| format!("{:.1}", share(s, s + 1))).collect();
+    eprintln!(
+        "  {}: controller CPU (% of a core) each second after the last address: {}",
+        system.name(),
+        per_second.join(" ")
+    );
+    f.v6_idle_cpu = share(5, 15);
+    f.v6_settled_cpu = share(35, 65);
     f.v6_rss_kib = status_kib(pid, "VmRSS:");
     drop(controller);
 }
@@ -534,10 +556,13 @@ async fn main() {
         .split(',')
         .filter_map(|n| n.trim().parse().ok())
         .collect();
+    let systems = std::env::var("FERROLB_BENCH_SYSTEMS").unwrap_or_default();
+    let chosen = |s: System| systems.is_empty() || systems.split(',').any(|n| n.trim() == s.key());
+    let controllers_ran = [chosen(System::MetalLb), chosen(System::FerroLb)];
     for (i, system) in [System::MetalLb, System::FerroLb]
         .into_iter()
         .enumerate()
-        .filter(|_| controllers)
+        .filter(|(i, _)| controllers && controllers_ran[*i])
     {
         eprintln!(
             "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
@@ -600,7 +625,7 @@ async fn main() {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     if controllers {
-        controller_rows(&figures, repeat, v6_count);
+        controller_rows(&figures, controllers_ran, repeat, v6_count);
     }
     if lab_figures.iter().any(Option::is_some) {
         let parts = lab::Parts::from_only(&only);
@@ -608,8 +633,23 @@ async fn main() {
     }
 }
 
-fn controller_rows(figures: &[Figures; 2], repeat: usize, v6_count: usize) {
+fn controller_rows(figures: &[Figures; 2], ran: [bool; 2], repeat: usize, v6_count: usize) {
     let [m, f] = figures;
+    // A system left out (`FERROLB_BENCH_SYSTEMS`) shows `-`, not its empty figures.
+    let row = |what: &str, cells: [String; 3], ratios: [Option<f64>; 2]| {
+        let [a, k, b] = cells;
+        let dash = |ran: bool, c: String| if ran { c } else { "-".into() };
+        let ratios = if ran == [true, true] {
+            ratios
+        } else {
+            [None, None]
+        };
+        row(
+            what,
+            [dash(ran[0], a), dash(ran[0], k), dash(ran[1], b)],
+            ratios,
+        );
+    };
     // MetalLB's controller is the same in both BGP modes: one column measured.
     let same = || "(as native)".to_string();
     let timed = |what: &str, a: Duration, b: Duration| {
@@ -662,11 +702,20 @@ fn controller_rows(figures: &[Figures; 2], repeat: usize, v6_count: usize) {
         [kratio(m.v6_rss_kib, f.v6_rss_kib), None],
     );
     row(
-        "IPv6 /64: controller idle CPU (schedstat, ns)",
+        "IPv6 /64: controller CPU 5-15 s after the last address (schedstat, ns)",
         [
             format!("{:.2} %", m.v6_idle_cpu),
             same(),
             format!("{:.2} %", f.v6_idle_cpu),
+        ],
+        [None, None],
+    );
+    row(
+        "IPv6 /64: controller CPU once settled, 35-65 s after (schedstat, ns)",
+        [
+            format!("{:.3} %", m.v6_settled_cpu),
+            same(),
+            format!("{:.3} %", f.v6_settled_cpu),
         ],
         [None, None],
     );

@@ -201,6 +201,11 @@ impl Allocator {
             .count()
     }
 
+    /// Every Service the allocator holds a record of (assigned or refused), in no order.
+    pub fn services(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.records.iter().flatten().map(|r| &r.req.key)
+    }
+
     /// Services whose last assignment failed for a reason that freed addresses may cure
     /// ([`AllocationError::may_succeed_later`]), in key order.
     pub fn waiting(&self) -> Vec<ServiceKey> {

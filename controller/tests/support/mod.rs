@@ -242,16 +242,28 @@ impl Cluster {
 
     /// Starts the real controller binary with fast election timings.
     pub fn spawn_controller(&self, identity: &str) -> ControllerProcess {
+        self.spawn_controller_with(identity, "127.0.0.1:0", &[])
+    }
+
+    /// [`Cluster::spawn_controller`], serving its metrics on `metrics_addr`, with `extra`
+    /// arguments.
+    pub fn spawn_controller_with(
+        &self,
+        identity: &str,
+        metrics_addr: &str,
+        extra: &[&str],
+    ) -> ControllerProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_ferrolb-controller"))
             .args(["--kubeconfig", self.kubeconfig.to_str().unwrap()])
             .args([
                 "--namespace",
                 NS,
                 "--metrics-addr",
-                "127.0.0.1:0",
+                metrics_addr,
                 "--identity",
                 identity,
             ])
+            .args(extra)
             .args([
                 "--lease-duration",
                 "3s",
@@ -361,4 +373,25 @@ where
         }
     }
     panic!("API call kept failing with server errors")
+}
+
+/// A loopback address with a port free now, for a process to serve on.
+pub fn free_local_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().expect("its address").to_string()
+}
+
+/// The value of the counter or gauge `name` (no labels) on the `/metrics` page at `addr`, or
+/// `None` while nothing serves there yet.
+pub fn metric(addr: &str, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut page = String::new();
+    conn.read_to_string(&mut page).ok()?;
+    page.lines().find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok())?
+    })
 }
