@@ -66,7 +66,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrolb_tests::metallb;
-use ferrolb_tests::process::{CpuWindow, cpu_time, status_kib};
+use ferrolb_tests::process::{cpu_time, cpu_time_ns, status_kib};
 use ferrolb_tests::realkube::{self, RealKube, RealKubeConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
@@ -474,11 +474,11 @@ async fn v6_pool(system: System, count: usize, f: &mut Figures) {
     f.v6_peak_kib = status_kib(pid, "VmHWM:");
     // CPU second by second for 65 s after the last address: what the windows below hold
     // (Events still being published, the periodic pass over every Service), printed.
-    let mut used = vec![ferrolb_tests::process::cpu_time_ns(pid)];
+    let mut used = vec![cpu_time_ns(pid)];
     let tick = Instant::now();
     for s in 1..=65u32 {
         tokio::time::sleep_until((tick + Duration::from_secs(u64::from(s))).into()).await;
-        used.push(ferrolb_tests::process::cpu_time_ns(pid));
+        used.push(cpu_time_ns(pid));
     }
     let share = |from: usize, to: usize| {
         used[to].saturating_sub(used[from]).as_secs_f64() / (to - from) as f64 * 100.0
