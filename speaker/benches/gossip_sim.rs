@@ -324,13 +324,18 @@ fn main() {
     let c = MembershipConfig::default();
     println!(
         "gossip simulation: default MembershipConfig (probe every {:?}, ack within {:?}, \
-         suspect→down {:?}, gossip every {:?}, announce/join every {:?}); latency 0.2–1 ms; \
+         suspect→down {:?}, gossip every {:?}, announce/join every {:?}, {} indirect probes, \
+         updates passed on 8 to {} times by size); latency 0.2–1 ms; \
          loss {:.1} %; {kills} kills; seed {seed}; wall-time budgets: joining {}, all {} per size",
         c.probe_period,
         c.probe_rtt,
         c.suspect_to_down_after,
         c.gossip_every,
         c.announce_every,
+        ferrolb_speaker::membership::core::INDIRECT_PROBES,
+        ferrolb_speaker::membership::core::transmissions_for(
+            sizes.iter().copied().max().unwrap_or(3)
+        ),
         loss * 100.0,
         join_budget.map_or("none".to_string(), secs),
         budget.map_or("none".to_string(), secs),
