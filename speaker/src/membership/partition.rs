@@ -492,15 +492,25 @@ mod tests {
             .collect()
     }
 
+    /// 256 layer-2 addresses, for the tests that run the election over each.
+    fn addresses() -> Vec<std::net::IpAddr> {
+        (0..=255u8)
+            .map(|i| std::net::IpAddr::from([10, 99, 0, i]))
+            .collect()
+    }
+
+    /// How many of the speakers' answer sets hold `ip`.
+    fn answering_count(ip: &std::net::IpAddr, answers: &[BTreeSet<std::net::IpAddr>]) -> usize {
+        answers.iter().filter(|s| s.contains(ip)).count()
+    }
+
     /// Fails with the minority keeping its election while it waits (10.99.0.0 answered by 2
     /// speakers at +100 ms), as it did before the views could be slow.
     #[test]
     fn in_a_partition_whose_views_have_not_arrived_each_address_is_answered_by_exactly_one_side() {
         let c = Clock::new();
         let known = set(&["a", "b", "c"]);
-        let addrs: Vec<std::net::IpAddr> = (0..=255u8)
-            .map(|i| std::net::IpAddr::from([10, 99, 0, i]))
-            .collect();
+        let addrs = addresses();
         let mut arbiters: Vec<Arbiter> = ["a", "b", "c"].into_iter().map(Arbiter::new).collect();
         let (now, wall) = c.at(0);
         for x in &mut arbiters {
@@ -521,7 +531,7 @@ mod tests {
                 answering.push(answered_by(&x.me, &d, &addrs));
             }
             for ip in &addrs {
-                let by = answering.iter().filter(|s| s.contains(ip)).count();
+                let by = answering_count(ip, &answering);
                 assert_eq!(by, 1, "{ip} answered by {by} speakers at +{ms} ms");
             }
             assert!(
@@ -650,9 +660,7 @@ mod tests {
      {
         let c = Clock::new();
         let all = set(&["a", "b", "c"]);
-        let addrs: Vec<std::net::IpAddr> = (0..=255u8)
-            .map(|i| std::net::IpAddr::from([10, 99, 0, i]))
-            .collect();
+        let addrs = addresses();
         let mut arbiters: Vec<Arbiter> = ["a", "b", "c"].into_iter().map(Arbiter::new).collect();
         let (now, wall) = c.at(0);
         let partitioned = view("a", &["a", "b"], "9", wall);
@@ -690,7 +698,7 @@ mod tests {
                 answering.push(answered_by(&x.me, &d, &addrs));
             }
             for ip in &addrs {
-                let by = answering.iter().filter(|s| s.contains(ip)).count();
+                let by = answering_count(ip, &answering);
                 assert!(by <= 1, "{ip} answered by {by} speakers at +{ms} ms");
                 if ms >= 1_100 {
                     assert_eq!(by, 1, "{ip} unanswered at +{ms} ms");
