@@ -948,3 +948,366 @@ fn bird_requiring_roles_refuses_a_speaker_without_one_and_we_say_why() {
 fn frr_in_strict_mode_refuses_a_speaker_without_a_role_and_we_say_why() {
     roles_that_do_not_pair(Daemon::Frr, "frr-role-strict", Role::Provider, true, None);
 }
+
+// ADD-PATH (RFC 7911) send with third-party next hops: one session carries several paths of
+// one prefix, each via another node's address on the router's link. In these labs the
+// "other node" is a second address on the speaker's end of the veth, so that the router
+// resolves it on its link (and it answers ARP and neighbour discovery).
+
+/// A second node's addresses on the router's link.
+const OTHER_NODE_V4: &str = "10.99.0.3";
+const OTHER_NODE_V6: &str = "fd00:99::3";
+const ECMP_V4: &str = "10.99.30.1/32";
+const ECMP_V6: &str = "fd00:99:30::1/128";
+
+/// Adds the other node's addresses to the speaker's end of the link.
+fn add_other_node(lab: &Lab) {
+    for (addr, extra) in [
+        (format!("{OTHER_NODE_V4}/24"), None),
+        (format!("{OTHER_NODE_V6}/64"), Some("nodad")),
+    ] {
+        let mut args = vec![
+            "ip",
+            "-n",
+            &lab.speaker_ns,
+            "addr",
+            "add",
+            &addr,
+            "dev",
+            "va",
+        ];
+        args.extend(extra);
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+}
+
+/// Our eBGP peer offering ADD-PATH send. With two IPv6 addresses on the link, the session's
+/// own IPv6 next hop is named rather than found.
+fn add_path_peer() -> serde_json::Value {
+    let mut peer = peer_json(false, None, false);
+    peer["add_path"] = json!(true);
+    peer["next_hop_v6"] = json!(SPEAKER_V6);
+    peer
+}
+
+/// Paths as (prefix, third-party next hop; `None`: ours).
+fn advertise_paths(paths: &[(&str, Option<&str>)]) -> serde_json::Value {
+    let advs: Vec<serde_json::Value> = paths
+        .iter()
+        .map(|(prefix, next_hop)| {
+            json!({"prefix": prefix, "next_hop": next_hop, "attrs": {
+                "local_pref": null, "communities": [], "large_communities": [],
+            }})
+        })
+        .collect();
+    json!({"advertise": {"peer": "router", "advertisements": advs}})
+}
+
+/// Our own path and the other node's for both ECMP prefixes.
+fn both_nodes() -> serde_json::Value {
+    advertise_paths(&[
+        (ECMP_V4, None),
+        (ECMP_V4, Some(OTHER_NODE_V4)),
+        (ECMP_V6, None),
+        (ECMP_V6, Some(OTHER_NODE_V6)),
+    ])
+}
+
+/// The router namespace's kernel route for `prefix` (`ip route show PREFIX`).
+fn kernel_route(lab: &Lab, prefix: &str) -> String {
+    let family = if prefix.contains(':') { "-6" } else { "-4" };
+    lab.router_cmd(&["ip", family, "route", "show", prefix])
+}
+
+/// The `nexthop via ADDR dev vb` lines of a multipath kernel route, as ADDR, sorted.
+fn kernel_nexthops(route: &str) -> Vec<String> {
+    let mut v: Vec<String> = route
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nexthop via "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+/// BIRD passive towards the speaker, with `add paths rx` on both channels when `rx`, and
+/// kernel protocols that merge equal paths into one multipath route (ECMP).
+fn start_bird_add_path(lab: &mut Lab, rx: bool) {
+    let rx = if rx { "add paths rx;" } else { "" };
+    let conf = format!(
+        "router id {ROUTER_V4};\nprotocol device {{}}\n\
+         protocol kernel {{ ipv4 {{ export all; }}; merge paths yes limit 16; }}\n\
+         protocol kernel {{ ipv6 {{ export all; }}; merge paths yes limit 16; }}\n\
+         protocol bgp spk {{ local {ROUTER_V4} as {ROUTER_AS}; neighbor {SPEAKER_V4} as {SPEAKER_AS};\n\
+         passive on; direct;\n\
+         ipv4 {{ import all; export none; gateway direct; {rx} }};\n\
+         ipv6 {{ import all; export none; gateway direct; {rx} }}; }}\n"
+    );
+    lab.spawn_bird(&conf);
+}
+
+/// The `BGP.next_hop` values of BIRD's paths of `prefix` (`birdc show route PREFIX all`).
+fn bird_next_hops(lab: &Lab, prefix: &str) -> Vec<String> {
+    let ctl = lab.path("bird.ctl");
+    let out = lab.router_cmd(&["birdc", "-s", &ctl, "show", "route", prefix, "all"]);
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix("BGP.next_hop: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A lab with the other node's addresses, BIRD (`add paths rx` when `rx`), and our session
+/// up with ADD-PATH offered; `None` when BIRD cannot run here.
+fn bird_add_path_lab(name: &str, rx: bool) -> Option<(Lab, Probe)> {
+    if skip(Daemon::Bird) {
+        return None;
+    }
+    let mut lab = Lab::new(name);
+    add_other_node(&lab);
+    start_bird_add_path(&mut lab, rx);
+    let mut probe = Probe::start(&lab, &add_path_peer());
+    let up = probe.wait_state("Established", ESTABLISH);
+    let up = up.unwrap_or_else(|| panic!("no session: {:?}", probe.last));
+    let caps = &up["status"]["capabilities"];
+    assert_eq!(
+        caps.as_array().unwrap().contains(&json!("add-path")),
+        rx,
+        "{caps}"
+    );
+    Some((lab, probe))
+}
+
+#[test]
+fn bird_with_add_paths_rx_installs_one_prefix_via_two_nodes_from_our_one_session() {
+    let Some((lab, mut probe)) = bird_add_path_lab("bird-addpath", true) else {
+        return;
+    };
+    probe.send(both_nodes());
+    for (prefix, ours, other) in [
+        (ECMP_V4, SPEAKER_V4, OTHER_NODE_V4),
+        (ECMP_V6, SPEAKER_V6, OTHER_NODE_V6),
+    ] {
+        let mut seen = vec![];
+        let both = eventually(CONVERGE, || {
+            seen = bird_next_hops(&lab, prefix);
+            seen.len() == 2
+        });
+        assert!(both, "BIRD's paths of {prefix}: {seen:?}");
+        assert!(seen.contains(&ours.into()) && seen.contains(&other.into()));
+        let mut route = String::new();
+        let ecmp = eventually(CONVERGE, || {
+            route = kernel_route(&lab, prefix);
+            kernel_nexthops(&route).len() == 2
+        });
+        assert!(ecmp, "kernel route of {prefix}:\n{route}");
+        assert_eq!(kernel_nexthops(&route), [ours, other], "{route}");
+    }
+    // The other node's paths go: one path, one next hop each.
+    probe.send(advertise_paths(&[(ECMP_V4, None), (ECMP_V6, None)]));
+    for (prefix, ours) in [(ECMP_V4, SPEAKER_V4), (ECMP_V6, SPEAKER_V6)] {
+        let mut seen = vec![];
+        let one = eventually(CONVERGE, || {
+            seen = bird_next_hops(&lab, prefix);
+            seen == [ours]
+        });
+        assert!(one, "BIRD's paths of {prefix}: {seen:?}");
+        let mut route = String::new();
+        let single = eventually(CONVERGE, || {
+            route = kernel_route(&lab, prefix);
+            route.starts_with(&format!("{} via {ours} dev vb", prefix_addr(prefix)))
+        });
+        assert!(single, "kernel route of {prefix}:\n{route}");
+    }
+    probe.shutdown();
+}
+
+/// The address of a host route (`10.99.30.1/32` -> `10.99.30.1`), as `ip route` prints it.
+fn prefix_addr(prefix: &str) -> &str {
+    prefix.split('/').next().unwrap()
+}
+
+#[test]
+fn bird_without_add_paths_rx_gets_one_path_per_prefix_with_our_own_next_hop() {
+    let Some((lab, mut probe)) = bird_add_path_lab("bird-noaddpath", false) else {
+        return;
+    };
+    probe.send(both_nodes());
+    let mut seen = vec![];
+    let ours = eventually(CONVERGE, || {
+        seen = bird_next_hops(&lab, ECMP_V4);
+        !seen.is_empty()
+    });
+    assert!(ours, "BIRD never got {ECMP_V4}");
+    assert_eq!(seen, [SPEAKER_V4]);
+    assert_eq!(bird_next_hops(&lab, ECMP_V6), [SPEAKER_V6]);
+    // Without our own path, the other node's replaces it.
+    probe.send(advertise_paths(&[(ECMP_V4, Some(OTHER_NODE_V4))]));
+    let replaced = eventually(CONVERGE, || {
+        seen = bird_next_hops(&lab, ECMP_V4);
+        seen == [OTHER_NODE_V4]
+    });
+    assert!(replaced, "BIRD's paths of {ECMP_V4}: {seen:?}");
+    probe.shutdown();
+}
+
+/// Starts zebra and bgpd (passive towards the speaker, `maximum-paths 8`) in the router
+/// namespace; returns the directory of their vty sockets.
+fn start_frr_with_zebra(lab: &mut Lab) -> String {
+    // zebra drops root for the `frr` user, so its files live in a directory that user owns.
+    let dir = lab.dir.join("frr");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    std::fs::write(dir.join("zebra.conf"), "hostname r1\n").unwrap();
+    let conf = format!(
+        "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id {ROUTER_V4}\n no bgp ebgp-requires-policy\n\
+         neighbor {SPEAKER_V4} remote-as {SPEAKER_AS}\n neighbor {SPEAKER_V4} passive\n\
+         address-family ipv4 unicast\n  neighbor {SPEAKER_V4} activate\n  maximum-paths 8\n exit-address-family\n\
+         address-family ipv6 unicast\n  neighbor {SPEAKER_V4} activate\n  maximum-paths 8\n exit-address-family\n"
+    );
+    std::fs::write(dir.join("bgpd.conf"), conf).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "frr:frr", &d])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let zsock = format!("{d}/zserv.api");
+    let common = |conf: &str, pid: &str| -> Vec<String> {
+        let (conf, pid) = (format!("{d}/{conf}"), format!("{d}/{pid}"));
+        let args = [
+            "-f",
+            &conf,
+            "-i",
+            &pid,
+            "-z",
+            &zsock,
+            "--vty_socket",
+            &d,
+            "-P",
+            "0",
+        ];
+        args.map(str::to_owned).to_vec()
+    };
+    let mut zebra = vec!["/usr/lib/frr/zebra".to_owned()];
+    zebra.extend(common("zebra.conf", "zebra.pid"));
+    let zebra: Vec<&str> = zebra.iter().map(String::as_str).collect();
+    lab.spawn_router(&zebra, "zebra.log");
+    let started = eventually(Duration::from_secs(10), || {
+        std::path::Path::new(&zsock).exists()
+    });
+    assert!(started, "zebra did not start");
+    let mut bgpd = vec!["/usr/lib/frr/bgpd".to_owned()];
+    bgpd.extend(common("bgpd.conf", "bgpd.pid"));
+    bgpd.extend(["-S", "-l", ROUTER_V4].map(str::to_owned));
+    let bgpd: Vec<&str> = bgpd.iter().map(String::as_str).collect();
+    lab.spawn_router(&bgpd, "bgpd.log");
+    d
+}
+
+/// A `vtysh` command's JSON answer (zebra's or bgpd's), `null` when there is none.
+fn frr_json(lab: &Lab, frr_dir: &str, command: &str) -> serde_json::Value {
+    let out = lab.router_cmd(&["vtysh", "--vty_socket", frr_dir, "-c", command]);
+    serde_json::from_str(&out).unwrap_or_default()
+}
+
+/// bgpd's paths of `prefix`: (next hop, multipath, best).
+fn frr_paths(lab: &Lab, frr_dir: &str, prefix: &str) -> Vec<(String, bool, bool)> {
+    let v = frr_json(
+        lab,
+        frr_dir,
+        &format!("show bgp ipv4 unicast {prefix} json"),
+    );
+    let paths = v["paths"].as_array().cloned().unwrap_or_default();
+    let mut out: Vec<(String, bool, bool)> = paths
+        .iter()
+        .map(|p| {
+            let nh = p["nexthops"][0]["ip"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let best = p["bestpath"]["overall"] == json!(true);
+            (nh, p["multipath"] == json!(true), best)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// zebra's next hops of `prefix` that are in the FIB (`show ip route PREFIX json`).
+fn zebra_fib_next_hops(lab: &Lab, frr_dir: &str, prefix: &str) -> Vec<String> {
+    let v = frr_json(lab, frr_dir, &format!("show ip route {prefix} json"));
+    let nexthops = v[prefix][0]["nexthops"].as_array().cloned();
+    let mut out: Vec<String> = nexthops
+        .unwrap_or_default()
+        .iter()
+        .filter(|n| n["fib"] == json!(true))
+        .filter_map(|n| n["ip"].as_str().map(str::to_owned))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn frr_takes_our_two_paths_of_one_prefix_as_multipath_and_zebra_installs_both_next_hops() {
+    let d = Daemon::Frr;
+    if skip(d) || skip_unless_available(&["/usr/lib/frr/zebra"]) {
+        return;
+    }
+    let mut lab = Lab::new("frr-addpath");
+    add_other_node(&lab);
+    let dir = start_frr_with_zebra(&mut lab);
+    let mut probe = Probe::start(&lab, &add_path_peer());
+    let up = probe.wait_state("Established", ESTABLISH);
+    let up = up.unwrap_or_else(|| panic!("no session: {:?}", probe.last));
+    // FRR 8.4 offers ADD-PATH receive by default.
+    let caps = &up["status"]["capabilities"];
+    assert!(
+        caps.as_array().unwrap().contains(&json!("add-path")),
+        "{caps}"
+    );
+    probe.send(advertise_paths(&[
+        (ECMP_V4, None),
+        (ECMP_V4, Some(OTHER_NODE_V4)),
+    ]));
+    // Both paths, both multipath, one of them best (once bgpd has run its best-path
+    // selection, shortly after the paths arrive).
+    let mut paths = vec![];
+    let both = eventually(CONVERGE, || {
+        paths = frr_paths(&lab, &dir, ECMP_V4);
+        paths.iter().filter(|p| p.2).count() == 1 && paths.iter().all(|p| p.1)
+    });
+    assert!(both, "bgpd's paths of {ECMP_V4}: {paths:?}");
+    let next_hops: Vec<&str> = paths.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(next_hops, [SPEAKER_V4, OTHER_NODE_V4]);
+    let mut fib = vec![];
+    let installed = eventually(CONVERGE, || {
+        fib = zebra_fib_next_hops(&lab, &dir, ECMP_V4);
+        fib.len() == 2
+    });
+    assert!(installed, "zebra's next hops of {ECMP_V4}: {fib:?}");
+    assert_eq!(fib, [SPEAKER_V4, OTHER_NODE_V4]);
+    let route = kernel_route(&lab, ECMP_V4);
+    assert_eq!(
+        kernel_nexthops(&route),
+        [SPEAKER_V4, OTHER_NODE_V4],
+        "{route}"
+    );
+    // Our own path goes: the other node's stays, alone.
+    probe.send(advertise_paths(&[(ECMP_V4, Some(OTHER_NODE_V4))]));
+    let one = eventually(CONVERGE, || {
+        fib = zebra_fib_next_hops(&lab, &dir, ECMP_V4);
+        fib == [OTHER_NODE_V4]
+    });
+    assert!(one, "zebra's next hops of {ECMP_V4}: {fib:?}");
+    let alone = eventually(CONVERGE, || {
+        paths = frr_paths(&lab, &dir, ECMP_V4);
+        paths.len() == 1 && paths[0].2
+    });
+    assert!(alone, "bgpd's paths of {ECMP_V4}: {paths:?}");
+    assert_eq!(paths, [(OTHER_NODE_V4.to_owned(), false, true)]);
+    probe.shutdown();
+}

@@ -201,7 +201,7 @@ pub struct BGPSessionStateStatus {
     pub keepalive_time: Option<String>,
     /// What both sides agreed at OPEN: `ipv4-unicast`, `ipv6-unicast`, `4-octet-as`,
     /// `graceful-restart`, `extended-nexthop`, `bgp-role` (both announced RFC 9234 roles that
-    /// pair).
+    /// pair), `add-path` (we send path identifiers, RFC 7911, for at least one family).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
     /// The BFD detection time in force, such as `900ms`.

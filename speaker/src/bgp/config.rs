@@ -98,6 +98,12 @@ pub struct PeerConfig {
     /// mode) with a Role Mismatch NOTIFICATION.
     #[serde(default)]
     pub strict_role: bool,
+    /// Offer ADD-PATH send (RFC 7911) for each of [`PeerConfig::families`]: where the peer
+    /// can receive, every path of a prefix (one per distinct [`Advertisement::next_hop`]) goes
+    /// out with its own path identifier, so that the router can spread traffic over them.
+    /// Without it, or with a peer that cannot receive, the peer gets one path per prefix.
+    #[serde(default)]
+    pub add_path: bool,
 }
 
 /// A BGP Role (RFC 9234 §3.1): what the AS on this side of an eBGP session is to the other.
@@ -252,6 +258,7 @@ impl PeerConfig {
             next_hop_v6: None,
             role: None,
             strict_role: false,
+            add_path: false,
         }
     }
 
@@ -362,21 +369,41 @@ impl From<CommunityValue> for AnyCommunity {
     }
 }
 
-/// One prefix to announce to a peer, with its route attributes.
+/// One path to announce to a peer: a prefix, its route attributes and its next hop.
+///
+/// Advertisements of one prefix with different `next_hop`s are different paths (sent with
+/// ADD-PATH where negotiated, see [`PeerConfig::add_path`]); with the same `next_hop` they are
+/// one path with merged attributes ([`RouteAttrs::merge`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Advertisement {
     /// The announced prefix (already aggregated to `aggregationLength` by the caller).
     pub prefix: IpNet,
     /// Attributes that vary per advertisement.
     pub attrs: RouteAttrs,
+    /// The path's next hop. `None`: the session's own (its local address, or the configured
+    /// `next_hop_v4` / `next_hop_v6`). `Some(addr)`: a third-party next hop, usually another
+    /// node's address on the router's link, which the router must be able to reach directly.
+    /// An IPv4 prefix takes an IPv6 next hop only on a session with RFC 8950 extended next
+    /// hops; an IPv6 prefix never takes an IPv4 one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_hop: Option<IpAddr>,
 }
 
 impl Advertisement {
-    /// A prefix with no local preference and no communities.
+    /// A prefix with no local preference and no communities, via the session's own next hop.
     pub fn new(prefix: IpNet) -> Self {
         Advertisement {
             prefix,
             attrs: RouteAttrs::default(),
+            next_hop: None,
+        }
+    }
+
+    /// The same path via the third-party next hop `next_hop`.
+    pub fn via(self, next_hop: IpAddr) -> Self {
+        Advertisement {
+            next_hop: Some(next_hop),
+            ..self
         }
     }
 }

@@ -4,11 +4,18 @@
 //! The shell feeds [`Input`]s with the current time; the session answers with [`Output`]s: bytes
 //! to write, a connection to open or close, timers to arm or cancel, and events to observe.
 //!
+//! What goes to the peer once Established (the Adj-RIB-Out, path identifiers, route refresh)
+//! is in the `outbound` submodule.
+//!
 //! Deviations from the RFC, on purpose:
 //! - We never accept connections (passive TCP establishment off), so there is no collision
 //!   detection; Active is the state "waiting to retry after a failed connect".
 //! - Automatic restart with damping (§8.1.1): after any session failure the ConnectRetry timer
 //!   runs in Idle with an exponential back-off, reset once a session reaches Established.
+
+mod outbound;
+#[cfg(test)]
+mod tests;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -17,12 +24,9 @@ use ipnet::IpNet;
 
 use super::config::{Advertisement, GRACEFUL_RESTART_TIME, MAX_CONNECT_RETRY, PeerConfig, Role};
 use super::error::{CeaseReason, FsmErrorState, Notification, SessionError};
-use super::open::{AS_TRANS, Capability, Open};
-use super::rib::{Routes, desired_routes, diff, group_family};
-use super::update::{
-    EncodeError, EncodeParams, encode_announcements, encode_end_of_rib, encode_withdrawals,
-    family_of,
-};
+use super::open::{ADD_PATH_SEND, AS_TRANS, Capability, Open};
+use super::rib::{PathIds, Routes, desired_routes};
+use super::update::{EncodeError, encode_end_of_rib};
 use super::wire::{
     DecodeContext, Family, Message, decode_message, encode_keepalive, encode_notification,
 };
@@ -140,14 +144,14 @@ pub enum Event {
     UpdatesSent {
         /// Messages written.
         messages: usize,
-        /// Prefixes announced in them.
+        /// Paths announced in them (prefixes, without ADD-PATH).
         announced: usize,
-        /// Prefixes withdrawn in them.
+        /// Paths withdrawn in them.
         withdrawn: usize,
     },
     /// The peer sent an UPDATE that RFC 7606 handles without a reset (the session is kept).
     MalformedUpdate(crate::bgp::update_check::Malformed),
-    /// Prefixes that could not be announced, and why.
+    /// Prefixes (or some of their paths) that could not be announced, and why.
     NotAnnounced {
         /// The prefixes.
         prefixes: Vec<IpNet>,
@@ -184,6 +188,10 @@ pub struct Negotiated {
     /// IPv4 routes go with an IPv6 next hop (RFC 8950): we offered it (unnumbered sessions
     /// only) and the peer announced it too.
     pub ipv4_over_ipv6: bool,
+    /// Families whose paths we send with path identifiers, several per prefix (RFC 7911 §5):
+    /// we offered ADD-PATH send ([`PeerConfig::add_path`]) and the peer offered receive.
+    /// We never offer receive, so what the peer sends never carries path identifiers.
+    pub add_path_send: Vec<Family>,
     /// The peer's BGP identifier.
     pub peer_id: Ipv4Addr,
     /// The peer's AS number, from its OPEN (what `dynamicASN` found).
@@ -209,6 +217,7 @@ pub struct Session {
     negotiated: Option<Negotiated>,
     desired: Routes,
     adj_rib_out: Routes,
+    path_ids: PathIds,
 }
 
 impl Session {
@@ -227,6 +236,7 @@ impl Session {
             negotiated: None,
             desired: Routes::new(),
             adj_rib_out: Routes::new(),
+            path_ids: PathIds::default(),
         }
     }
 
@@ -240,7 +250,8 @@ impl Session {
         self.negotiated.as_ref()
     }
 
-    /// Routes the peer has been sent and not withdrawn.
+    /// Routes the peer has been sent and not withdrawn: each prefix with its paths (one
+    /// without ADD-PATH).
     pub fn adj_rib_out(&self) -> &Routes {
         &self.adj_rib_out
     }
@@ -373,6 +384,8 @@ impl Session {
         self.other_family = None;
         self.negotiated = None;
         self.adj_rib_out.clear();
+        // RFC 7911: identifiers mean something only within a session.
+        self.path_ids.clear();
     }
 
     fn notify(&mut self, e: SessionError, out: &mut Vec<Output>) {
@@ -456,6 +469,11 @@ impl Session {
         }
         if let Some(role) = self.config.ebgp_role() {
             capabilities.push(Capability::Role(role.value()));
+        }
+        if self.config.add_path {
+            // RFC 7911 §4: send only; we keep nothing of the peer's routes.
+            let v = families.iter().map(|f| (*f, ADD_PATH_SEND)).collect();
+            capabilities.push(Capability::AddPath(v));
         }
         // The AS in force: `localASN` replaces `myASN` towards this peer.
         let local_as = self.config.local_as();
@@ -620,12 +638,18 @@ impl Session {
             _ => hold_time / 3,
         };
         let theirs = open.families();
-        let families = self
+        let families: Vec<Family> = self
             .config
             .families()
             .iter()
             .copied()
             .filter(|f| theirs.contains(f))
+            .collect();
+        // RFC 7911 §5: path identifiers go where we offered send and the peer receive.
+        let add_path_send = families
+            .iter()
+            .copied()
+            .filter(|f| self.config.add_path && open.add_path_receive(*f))
             .collect();
         Ok(Negotiated {
             hold_time,
@@ -637,6 +661,7 @@ impl Session {
             peer_id: open.bgp_id,
             ipv4_over_ipv6: self.config.interface.is_some()
                 && open.extended_next_hop(Family::IPV4_UNICAST, 2),
+            add_path_send,
             peer_as,
             peer_role,
             our_role: self.config.ebgp_role(),
@@ -695,144 +720,6 @@ impl Session {
                 }
             }
             _ => {}
-        }
-    }
-
-    fn encode_params(&self) -> EncodeParams {
-        // Configured, else the session's own address, else the interface's other-family one.
-        let candidates = [self.local.map(|l| l.ip()), self.other_family];
-        let next_hop_v4 = self.config.next_hop_v4.or_else(|| {
-            candidates.iter().find_map(|c| match c {
-                Some(IpAddr::V4(a)) => Some(*a),
-                _ => None,
-            })
-        });
-        let next_hop_v6 = self.config.next_hop_v6.or_else(|| {
-            candidates.iter().find_map(|c| match c {
-                Some(IpAddr::V6(a)) if !a.is_unicast_link_local() => Some(*a),
-                _ => None,
-            })
-        });
-        // RFC 2545 §3: on a session over a link-local address, that address goes with (or,
-        // with no global address, instead of) the global next hop.
-        let next_hop_v6_link_local = match self.local.map(|l| l.ip()) {
-            Some(IpAddr::V6(a)) if a.is_unicast_link_local() => Some(a),
-            _ => None,
-        };
-        EncodeParams {
-            my_asn: self.config.local_as(),
-            ibgp: self.config.is_ibgp(),
-            four_octet_as: self.negotiated.as_ref().is_some_and(|n| n.four_octet_as),
-            next_hop_v4,
-            next_hop_v6,
-            next_hop_v6_link_local,
-            ipv4_over_ipv6: self.negotiated.as_ref().is_some_and(|n| n.ipv4_over_ipv6),
-            only_to_customer: self
-                .config
-                .ebgp_role()
-                .filter(|r| r.marks_only_to_customer())
-                .map(|_| self.config.local_as()),
-        }
-    }
-
-    /// Sends what brings the peer from the Adj-RIB-Out to the desired routes.
-    fn sync(&mut self, out: &mut Vec<Output>) {
-        let families = self
-            .negotiated
-            .as_ref()
-            .map(|n| n.families.clone())
-            .unwrap_or_default();
-        let mut changes = diff(&self.adj_rib_out, &self.desired, &families);
-        let params = self.encode_params();
-        let mut announce_bytes = Vec::new();
-        let (mut messages, mut announced) = (0, 0);
-        let mut failed: Vec<(EncodeError, Vec<IpNet>)> = Vec::new();
-        for ((family, attrs), prefixes) in &changes.announce {
-            match encode_announcements(&mut announce_bytes, &params, attrs, *family, prefixes) {
-                Ok(n) => {
-                    messages += n;
-                    announced += prefixes.len();
-                    for p in prefixes {
-                        self.adj_rib_out.insert(*p, attrs.clone());
-                    }
-                }
-                Err(e) => {
-                    // What the peer holds under other attributes must go.
-                    for p in prefixes {
-                        if self.adj_rib_out.contains_key(p) {
-                            changes.withdraw.entry(*family).or_default().push(*p);
-                        }
-                    }
-                    failed.push((e, prefixes.clone()));
-                }
-            }
-        }
-        let mut bytes = Vec::new();
-        let mut withdrawn = 0;
-        for (family, prefixes) in &changes.withdraw {
-            messages += encode_withdrawals(&mut bytes, *family, prefixes);
-            withdrawn += prefixes.len();
-            for p in prefixes {
-                self.adj_rib_out.remove(p);
-            }
-        }
-        bytes.extend_from_slice(&announce_bytes);
-        if messages > 0 {
-            out.push(Output::Send(bytes));
-            out.push(Output::Event(Event::UpdatesSent {
-                messages,
-                announced,
-                withdrawn,
-            }));
-        }
-        // A family the configuration leaves out is a choice; one the peer refused is not.
-        let configured = self.config.families();
-        let (not_negotiated, not_configured): (Vec<IpNet>, Vec<IpNet>) = changes
-            .unsupported
-            .into_iter()
-            .partition(|p| configured.contains(&family_of(p)));
-        for (prefixes, reason) in [
-            (not_negotiated, NotAnnounced::FamilyNotNegotiated),
-            (not_configured, NotAnnounced::FamilyNotConfigured),
-        ] {
-            if !prefixes.is_empty() {
-                out.push(Output::Event(Event::NotAnnounced { prefixes, reason }));
-            }
-        }
-        for (e, prefixes) in failed {
-            out.push(Output::Event(Event::NotAnnounced {
-                prefixes,
-                reason: NotAnnounced::Encode(e),
-            }));
-        }
-    }
-
-    /// Answers a ROUTE-REFRESH by re-sending the Adj-RIB-Out of the family (RFC 2918 §4).
-    fn refresh(&mut self, family: Family, out: &mut Vec<Output>) {
-        let negotiated = self
-            .negotiated
-            .as_ref()
-            .is_some_and(|n| n.families.contains(&family));
-        if !negotiated {
-            return;
-        }
-        let params = self.encode_params();
-        let mut bytes = Vec::new();
-        let (mut messages, mut announced) = (0, 0);
-        for (attrs, prefixes) in group_family(&self.adj_rib_out, family) {
-            // These prefixes were encoded once already, so encoding cannot fail now.
-            if let Ok(n) = encode_announcements(&mut bytes, &params, &attrs, family, &prefixes) {
-                messages += n;
-                announced += prefixes.len();
-            }
-        }
-        if messages > 0 {
-            out.push(Output::Send(bytes));
-            out.push(Output::Event(Event::UpdatesSent {
-                messages,
-                announced,
-                withdrawn: 0,
-            }));
         }
     }
 }

@@ -3,7 +3,8 @@
 //! # Layout
 //!
 //! - [`wire`], [`open`], [`update_check`]: framing and decoding of what peers send (untrusted).
-//! - [`update`]: encoding of our UPDATEs; [`rib`]: desired routes vs Adj-RIB-Out.
+//! - [`update`]: encoding of our UPDATEs; [`rib`]: desired paths vs Adj-RIB-Out, and the
+//!   path identifiers of ADD-PATH send (RFC 7911).
 //! - [`fsm`]: the RFC 4271 session state machine, pure.
 //! - [`error`]: every session error, each one the NOTIFICATION it sends.
 //! - [`config`]: plain data for peers and advertisements.

@@ -1,5 +1,5 @@
 //! OPEN messages and the capabilities we speak (RFC 4271 §4.2, RFC 5492, RFC 6793, RFC 4760,
-//! RFC 2918, RFC 4724, RFC 9072, RFC 8950, RFC 9234). Pure: no I/O, no clock.
+//! RFC 2918, RFC 4724, RFC 9072, RFC 8950, RFC 9234, RFC 7911). Pure: no I/O, no clock.
 
 use std::net::Ipv4Addr;
 
@@ -8,6 +8,14 @@ use super::wire::{Family, message_type, put_header};
 
 /// AS_TRANS (RFC 6793): the 2-byte My-AS of a speaker whose AS does not fit in 16 bits.
 pub const AS_TRANS: u16 = 23456;
+
+/// Send/Receive value of the ADD-PATH capability (RFC 7911 §4): the sender can receive
+/// several paths per prefix.
+pub const ADD_PATH_RECEIVE: u8 = 1;
+/// Send/Receive value: the sender would like to send several paths per prefix.
+pub const ADD_PATH_SEND: u8 = 2;
+/// Send/Receive value: both.
+pub const ADD_PATH_BOTH: u8 = 3;
 
 /// A capability (RFC 5492). Capabilities we do not use are kept only as their code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +41,13 @@ pub enum Capability {
     Role(u8),
     /// 4-octet AS numbers with the sender's AS (code 65, RFC 6793).
     FourOctetAs(u32),
-    /// Any other capability: its code, content skipped (FQDN 73, ADD-PATH 69, LLGR 71, ...).
+    /// ADD-PATH (code 69, RFC 7911 §4): per family, whether the sender can receive
+    /// ([`ADD_PATH_RECEIVE`]), would like to send ([`ADD_PATH_SEND`]) or both
+    /// ([`ADD_PATH_BOTH`]) several paths per prefix, each with a path identifier. The value is
+    /// kept as sent: another one means neither (RFC 7911 §4 says to ignore it).
+    AddPath(Vec<(Family, u8)>),
+    /// Any other capability: its code, content skipped (FQDN 73, LLGR 71, enhanced route
+    /// refresh 70, ...).
     Unrecognized(u8),
 }
 
@@ -92,6 +106,17 @@ impl Open {
     pub fn extended_next_hop(&self, family: Family, next_hop_afi: u16) -> bool {
         self.capabilities.iter().any(|c| match c {
             Capability::ExtendedNextHop(v) => v.contains(&(family, next_hop_afi)),
+            _ => false,
+        })
+    }
+
+    /// Whether the sender can receive path identifiers for `family` (RFC 7911 §4: ADD-PATH
+    /// with Send/Receive 1 or 3 for it).
+    pub fn add_path_receive(&self, family: Family) -> bool {
+        self.capabilities.iter().any(|c| match c {
+            Capability::AddPath(v) => v
+                .iter()
+                .any(|(f, sr)| *f == family && matches!(*sr, ADD_PATH_RECEIVE | ADD_PATH_BOTH)),
             _ => false,
         })
     }
@@ -232,7 +257,17 @@ fn decode_capabilities(mut v: &[u8], out: &mut Vec<Capability>) -> Result<(), Se
             (65, 4) => Capability::FourOctetAs(u32::from_be_bytes([
                 value[0], value[1], value[2], value[3],
             ])),
-            (1 | 2 | 5 | 9 | 64 | 65, _) => return Err(SessionError::MalformedOpen),
+            // RFC 7911 §4: entries of AFI (2), SAFI (1), Send/Receive (1).
+            (69, l) if l % 4 == 0 => Capability::AddPath(
+                value
+                    .chunks_exact(4)
+                    .map(|c| {
+                        let afi = u16::from_be_bytes([c[0], c[1]]);
+                        (Family { afi, safi: c[2] }, c[3])
+                    })
+                    .collect(),
+            ),
+            (1 | 2 | 5 | 9 | 64 | 65 | 69, _) => return Err(SessionError::MalformedOpen),
             (other, _) => Capability::Unrecognized(other),
         };
         out.push(cap);
@@ -275,6 +310,13 @@ fn encode_capability(c: &Capability, out: &mut Vec<u8>) {
         Capability::FourOctetAs(asn) => {
             out.extend_from_slice(&[65, 4]);
             out.extend_from_slice(&asn.to_be_bytes());
+        }
+        Capability::AddPath(v) => {
+            out.extend_from_slice(&[69, (4 * v.len()) as u8]);
+            for (f, send_receive) in v {
+                out.extend_from_slice(&f.afi.to_be_bytes());
+                out.extend_from_slice(&[f.safi, *send_receive]);
+            }
         }
         // We never announce capabilities we do not implement.
         Capability::Unrecognized(_) => {}
@@ -410,6 +452,89 @@ mod tests {
             decode_capabilities(&[9, 2, 0, 3], &mut out),
             Err(SessionError::MalformedOpen)
         );
+    }
+
+    #[test]
+    fn the_add_path_capability_to_send_ipv4_unicast_is_code_69_with_afi_1_safi_1_and_send_2() {
+        let open = Open {
+            my_as: 64512,
+            hold_time: 90,
+            bgp_id: Ipv4Addr::new(10, 99, 0, 1),
+            capabilities: vec![Capability::AddPath(vec![(
+                Family::IPV4_UNICAST,
+                ADD_PATH_SEND,
+            )])],
+        };
+        let mut b = vec![];
+        open.encode(&mut b);
+        // RFC 7911 §4: code 69, length 4, then AFI (2 octets) 1, SAFI (1 octet) 1,
+        // Send/Receive (1 octet) 2, inside one capabilities parameter (type 2, length 6).
+        assert_eq!(&b[28..], &[8, 2, 6, 69, 4, 0, 1, 1, 2]);
+    }
+
+    #[test]
+    fn the_add_path_capability_for_both_families_round_trips_through_an_open() {
+        let open = Open {
+            capabilities: vec![
+                Capability::Multiprotocol(Family::IPV4_UNICAST),
+                Capability::AddPath(vec![
+                    (Family::IPV4_UNICAST, ADD_PATH_SEND),
+                    (Family::IPV6_UNICAST, ADD_PATH_BOTH),
+                ]),
+                Capability::FourOctetAs(64512),
+            ],
+            ..ours()
+        };
+        let mut b = vec![];
+        open.encode(&mut b);
+        let decoded = Open::decode(&b[19..]).unwrap();
+        assert_eq!(decoded, open);
+        assert!(!decoded.add_path_receive(Family::IPV4_UNICAST), "send only");
+        assert!(decoded.add_path_receive(Family::IPV6_UNICAST), "both");
+    }
+
+    #[test]
+    fn frrs_default_add_path_capability_offers_receive_and_birds_add_paths_tx_does_not() {
+        // The capability as FRR 8.4 and BIRD 2.0.12 (`add paths tx`) sent it, from
+        // tests/bgp_vectors/frr-open-plain.json and bird-open-addpath.json.
+        let frr = [69, 8, 0, 1, 1, 1, 0, 2, 1, 1];
+        let bird = [69, 8, 0, 1, 1, 2, 0, 2, 1, 2];
+        for (bytes, receives) in [(frr, true), (bird, false)] {
+            let mut capabilities = vec![];
+            decode_capabilities(&bytes, &mut capabilities).unwrap();
+            let open = Open {
+                capabilities,
+                ..ours()
+            };
+            for family in [Family::IPV4_UNICAST, Family::IPV6_UNICAST] {
+                assert_eq!(open.add_path_receive(family), receives, "{bytes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_add_path_send_receive_value_rfc_7911_does_not_define_is_no_receive() {
+        let open = Open {
+            capabilities: vec![Capability::AddPath(vec![
+                (Family::IPV4_UNICAST, 0),
+                (Family::IPV6_UNICAST, 7),
+            ])],
+            ..ours()
+        };
+        assert!(!open.add_path_receive(Family::IPV4_UNICAST));
+        assert!(!open.add_path_receive(Family::IPV6_UNICAST));
+    }
+
+    #[test]
+    fn an_add_path_capability_of_a_length_not_a_multiple_of_4_is_a_malformed_open() {
+        for bad in [&[69, 3, 0, 1, 1][..], &[69, 6, 0, 1, 1, 2, 0, 2]] {
+            let mut out = vec![];
+            assert_eq!(
+                decode_capabilities(bad, &mut out),
+                Err(SessionError::MalformedOpen),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -768,6 +768,9 @@ fn negotiated_capabilities(n: &super::fsm::Negotiated) -> Vec<&'static str> {
     if n.our_role.is_some() && n.peer_role.is_some() {
         out.push("bgp-role");
     }
+    if !n.add_path_send.is_empty() {
+        out.push("add-path");
+    }
     out
 }
 

@@ -1,7 +1,8 @@
 //! Encoding of the UPDATEs we send: announcements packed many prefixes to a message, withdrawals
 //! and End-of-RIB markers (RFC 4271 §4.3, RFC 4760, RFC 4724 §2), IPv6 next hops with their
-//! link-local half (RFC 2545 §3) and IPv4 routes with an IPv6 next hop (RFC 8950). Pure: no
-//! I/O, no clock.
+//! link-local half (RFC 2545 §3), IPv4 routes with an IPv6 next hop (RFC 8950), third-party
+//! next hops, and path identifiers before each NLRI where ADD-PATH is in force (RFC 7911 §3).
+//! Pure: no I/O, no clock.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -56,13 +57,15 @@ pub struct EncodeParams {
     pub only_to_customer: Option<u32>,
 }
 
-impl EncodeParams {
-    /// Whether `family`'s routes carry the NEXT_HOP attribute (classic IPv4 NLRI) rather than
-    /// a next hop inside MP_REACH.
-    fn classic(&self, family: Family) -> bool {
-        family == Family::IPV4_UNICAST && !self.ipv4_over_ipv6
-    }
+/// Where a group of prefixes takes its next hop on the wire.
+enum WireNextHop {
+    /// The NEXT_HOP attribute, with the prefixes in the classic IPv4 NLRI field.
+    Attribute(Ipv4Addr),
+    /// The next hop field of MP_REACH_NLRI (RFC 4760), with the prefixes inside it.
+    MpReach(Vec<u8>),
+}
 
+impl EncodeParams {
     /// The next hop field of MP_REACH for IPv6 next hops: global and link-local (32 bytes),
     /// or whichever of the two exists (16 bytes).
     fn mp_next_hop_v6(&self) -> Option<Vec<u8>> {
@@ -72,6 +75,64 @@ impl EncodeParams {
             (None, None) => None,
         }
     }
+
+    /// How the paths of `family` via `next_hop` carry it: the session's own next hop
+    /// (`None`), or a third-party one, alone (a third-party IPv6 next hop has no link-local
+    /// half). IPv4 routes go with an IPv6 next hop only where RFC 8950 was negotiated.
+    fn wire_next_hop(
+        &self,
+        family: Family,
+        next_hop: Option<IpAddr>,
+    ) -> Result<WireNextHop, EncodeError> {
+        let ipv4 = family == Family::IPV4_UNICAST;
+        match next_hop {
+            None if ipv4 && !self.ipv4_over_ipv6 => self
+                .next_hop_v4
+                .map(WireNextHop::Attribute)
+                .ok_or(EncodeError::NoNextHop),
+            None => self
+                .mp_next_hop_v6()
+                .map(WireNextHop::MpReach)
+                .ok_or(EncodeError::NoNextHop),
+            Some(IpAddr::V4(a)) if ipv4 => Ok(WireNextHop::Attribute(a)),
+            Some(IpAddr::V6(a)) if !ipv4 || self.ipv4_over_ipv6 => {
+                Ok(WireNextHop::MpReach(a.octets().to_vec()))
+            }
+            Some(next_hop) => Err(EncodeError::NextHopOfTheOtherFamily { next_hop }),
+        }
+    }
+}
+
+/// What the prefixes of one announcement share besides their attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathGroup {
+    /// Their address family.
+    pub family: Family,
+    /// Their next hop: `None` for the session's own, else a third-party one.
+    pub next_hop: Option<IpAddr>,
+    /// Their path identifier, where ADD-PATH is in force for the family (RFC 7911 §3).
+    pub path_id: Option<u32>,
+}
+
+impl PathGroup {
+    /// Prefixes of `family` via the session's own next hop, without path identifiers.
+    pub fn own(family: Family) -> Self {
+        PathGroup {
+            family,
+            next_hop: None,
+            path_id: None,
+        }
+    }
+}
+
+/// One NLRI: a prefix, preceded on the wire by its path identifier where ADD-PATH is in force
+/// for its family (RFC 7911 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nlri {
+    /// The path identifier, `None` without ADD-PATH.
+    pub path_id: Option<u32>,
+    /// The prefix.
+    pub prefix: IpNet,
 }
 
 /// The family of a prefix.
@@ -92,7 +153,10 @@ fn put_attr(out: &mut Vec<u8>, flags: u8, type_code: u8, value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-fn put_prefix(out: &mut Vec<u8>, prefix: &IpNet) {
+fn put_nlri(out: &mut Vec<u8>, path_id: Option<u32>, prefix: &IpNet) {
+    if let Some(id) = path_id {
+        out.extend_from_slice(&id.to_be_bytes());
+    }
     let bits = prefix.prefix_len();
     out.push(bits);
     let n = usize::from(bits).div_ceil(8);
@@ -102,8 +166,20 @@ fn put_prefix(out: &mut Vec<u8>, prefix: &IpNet) {
     }
 }
 
-fn prefix_wire_len(prefix: &IpNet) -> usize {
-    1 + usize::from(prefix.prefix_len()).div_ceil(8)
+fn nlri_wire_len(path_id: Option<u32>, prefix: &IpNet) -> usize {
+    let id_len = if path_id.is_some() { 4 } else { 0 };
+    id_len + 1 + usize::from(prefix.prefix_len()).div_ceil(8)
+}
+
+/// The longest NLRI of a family: a host route, with its path identifier.
+fn max_nlri_len(family: Family, path_id: Option<u32>) -> usize {
+    let id_len = if path_id.is_some() { 4 } else { 0 };
+    let address_len = if family == Family::IPV4_UNICAST {
+        4
+    } else {
+        16
+    };
+    id_len + 1 + address_len
 }
 
 /// Path attributes of one attribute set, split around the place MP_REACH takes so that the
@@ -113,7 +189,11 @@ struct Attributes {
     after_mp: Vec<u8>,
 }
 
-fn build_attributes(p: &EncodeParams, attrs: &RouteAttrs, family: Family) -> Attributes {
+fn build_attributes(
+    p: &EncodeParams,
+    attrs: &RouteAttrs,
+    next_hop: Option<Ipv4Addr>,
+) -> Attributes {
     let mut before = Vec::with_capacity(64);
     let mut after = Vec::new();
     put_attr(&mut before, WELL_KNOWN, ORIGIN, &[0]);
@@ -135,8 +215,7 @@ fn build_attributes(p: &EncodeParams, attrs: &RouteAttrs, family: Family) -> Att
             put_attr(&mut after, OPTIONAL_TRANSITIVE, AS4_PATH, &v4);
         }
     }
-    if p.classic(family) {
-        let nh = p.next_hop_v4.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    if let Some(nh) = next_hop {
         put_attr(&mut before, WELL_KNOWN, NEXT_HOP, &nh.octets());
     }
     if p.ibgp {
@@ -188,36 +267,74 @@ pub enum EncodeError {
     /// No next hop is known for the prefix's family.
     #[error("no next hop for this address family; set the peer's next hop for it")]
     NoNextHop,
+    /// A third-party next hop of the other family than the prefix: an IPv6 one for an IPv4
+    /// prefix on a session without RFC 8950 extended next hops, or an IPv4 one for an IPv6
+    /// prefix.
+    #[error(
+        "next hop {next_hop} is of the other address family than the prefix and the session cannot carry it (an IPv4 prefix takes an IPv6 next hop only with RFC 8950 extended next hops); give the path a next hop of the prefix's family"
+    )]
+    NextHopOfTheOtherFamily {
+        /// The next hop.
+        next_hop: IpAddr,
+    },
 }
 
-/// Appends UPDATEs announcing `prefixes`, which share `attrs` and `family`, packed as densely as
-/// 4096-byte messages allow. Returns how many messages were written.
+/// Appends UPDATEs announcing `prefixes`, which share `attrs` and `group` (family, next hop,
+/// path identifier), packed as densely as 4096-byte messages allow. Returns how many messages
+/// were written.
 pub fn encode_announcements<'a>(
     out: &mut Vec<u8>,
     p: &EncodeParams,
     attrs: &RouteAttrs,
-    family: Family,
+    group: PathGroup,
     prefixes: impl IntoIterator<Item = &'a IpNet>,
 ) -> Result<usize, EncodeError> {
-    let a = build_attributes(p, attrs, family);
+    let next_hop = p.wire_next_hop(group.family, group.next_hop)?;
+    let a = build_attributes(
+        p,
+        attrs,
+        match next_hop {
+            WireNextHop::Attribute(nh) => Some(nh),
+            WireNextHop::MpReach(_) => None,
+        },
+    );
+    // MP_REACH: flags, type, 2-byte length, AFI, SAFI, next-hop length, next hop, reserved.
+    let mp_fixed = match &next_hop {
+        WireNextHop::Attribute(_) => 0,
+        WireNextHop::MpReach(nh) => 4 + 3 + 1 + nh.len() + 1,
+    };
+    let fixed = HEADER_LEN + UPDATE_FIXED + a.before_mp.len() + a.after_mp.len() + mp_fixed;
+    let room = MAX_MESSAGE_LEN
+        .checked_sub(fixed)
+        .filter(|r| *r >= max_nlri_len(group.family, group.path_id))
+        .ok_or(EncodeError::AttributesTooLarge)?;
     let mut prefixes = prefixes.into_iter().peekable();
     let mut messages = 0;
-    if p.classic(family) {
-        if p.next_hop_v4.is_none() {
-            return Err(EncodeError::NoNextHop);
+    let mut nlri = Vec::with_capacity(room);
+    while prefixes.peek().is_some() {
+        nlri.clear();
+        while let Some(px) =
+            prefixes.next_if(|px| nlri.len() + nlri_wire_len(group.path_id, px) <= room)
+        {
+            put_nlri(&mut nlri, group.path_id, px);
         }
-        let fixed = HEADER_LEN + UPDATE_FIXED + a.before_mp.len() + a.after_mp.len();
-        let room = MAX_MESSAGE_LEN
-            .checked_sub(fixed)
-            .filter(|r| *r >= 5)
-            .ok_or(EncodeError::AttributesTooLarge)?;
-        let mut nlri = Vec::with_capacity(room);
-        while prefixes.peek().is_some() {
-            nlri.clear();
-            while let Some(px) = prefixes.next_if(|px| nlri.len() + prefix_wire_len(px) <= room) {
-                put_prefix(&mut nlri, px);
-            }
-            let attrs_len = a.before_mp.len() + a.after_mp.len();
+        put_announcement(out, &a, &next_hop, group.family, &nlri);
+        messages += 1;
+    }
+    Ok(messages)
+}
+
+/// Appends one UPDATE with the attributes `a`, the next hop and the NLRI (already encoded).
+fn put_announcement(
+    out: &mut Vec<u8>,
+    a: &Attributes,
+    next_hop: &WireNextHop,
+    family: Family,
+    nlri: &[u8],
+) {
+    let attrs_len = a.before_mp.len() + a.after_mp.len();
+    match next_hop {
+        WireNextHop::Attribute(_) => {
             put_header(
                 out,
                 message_type::UPDATE,
@@ -227,26 +344,12 @@ pub fn encode_announcements<'a>(
             out.extend_from_slice(&(attrs_len as u16).to_be_bytes());
             out.extend_from_slice(&a.before_mp);
             out.extend_from_slice(&a.after_mp);
-            out.extend_from_slice(&nlri);
-            messages += 1;
+            out.extend_from_slice(nlri);
         }
-    } else {
-        let nh = p.mp_next_hop_v6().ok_or(EncodeError::NoNextHop)?;
-        // MP_REACH: flags, type, 2-byte length, AFI, SAFI, next-hop length, next hop, reserved.
-        let mp_fixed = 4 + 3 + 1 + nh.len() + 1;
-        let fixed = HEADER_LEN + UPDATE_FIXED + a.before_mp.len() + a.after_mp.len() + mp_fixed;
-        let room = MAX_MESSAGE_LEN
-            .checked_sub(fixed)
-            .filter(|r| *r >= 17)
-            .ok_or(EncodeError::AttributesTooLarge)?;
-        let mut nlri = Vec::with_capacity(room);
-        while prefixes.peek().is_some() {
-            nlri.clear();
-            while let Some(px) = prefixes.next_if(|px| nlri.len() + prefix_wire_len(px) <= room) {
-                put_prefix(&mut nlri, px);
-            }
-            let mp_len = mp_fixed - 4 + nlri.len();
-            let attrs_len = a.before_mp.len() + 4 + mp_len + a.after_mp.len();
+        WireNextHop::MpReach(nh) => {
+            // After flags, type and length: AFI, SAFI, next-hop length, next hop, reserved.
+            let mp_len = 3 + 1 + nh.len() + 1 + nlri.len();
+            let attrs_len = attrs_len + 4 + mp_len;
             put_header(out, message_type::UPDATE, UPDATE_FIXED + attrs_len);
             out.extend_from_slice(&[0, 0]);
             out.extend_from_slice(&(attrs_len as u16).to_be_bytes());
@@ -255,33 +358,35 @@ pub fn encode_announcements<'a>(
             out.extend_from_slice(&(mp_len as u16).to_be_bytes());
             out.extend_from_slice(&family.afi.to_be_bytes());
             out.extend_from_slice(&[family.safi, nh.len() as u8]);
-            out.extend_from_slice(&nh);
+            out.extend_from_slice(nh);
             out.push(0);
-            out.extend_from_slice(&nlri);
+            out.extend_from_slice(nlri);
             out.extend_from_slice(&a.after_mp);
-            messages += 1;
         }
     }
-    Ok(messages)
 }
 
-/// Appends UPDATEs withdrawing `prefixes` of one family. Returns how many messages were written.
-pub fn encode_withdrawals<'a>(
+/// Appends UPDATEs withdrawing `paths` of one family: IPv4 ones in the Withdrawn Routes field,
+/// others in MP_UNREACH_NLRI. Each carries its path identifier where ADD-PATH is in force for
+/// the family (all or none of them). Returns how many messages were written.
+pub fn encode_withdrawals(
     out: &mut Vec<u8>,
     family: Family,
-    prefixes: impl IntoIterator<Item = &'a IpNet>,
+    paths: impl IntoIterator<Item = Nlri>,
 ) -> usize {
-    let mut prefixes = prefixes.into_iter().peekable();
+    let mut paths = paths.into_iter().peekable();
     let mut messages = 0;
     let ipv4 = family == Family::IPV4_UNICAST;
     // IPv6 withdrawals travel in MP_UNREACH: flags, type, 2-byte length, AFI, SAFI.
     let overhead = HEADER_LEN + UPDATE_FIXED + if ipv4 { 0 } else { 7 };
     let room = MAX_MESSAGE_LEN - overhead;
     let mut nlri = Vec::with_capacity(room);
-    while prefixes.peek().is_some() {
+    while paths.peek().is_some() {
         nlri.clear();
-        while let Some(px) = prefixes.next_if(|px| nlri.len() + prefix_wire_len(px) <= room) {
-            put_prefix(&mut nlri, px);
+        while let Some(n) =
+            paths.next_if(|n| nlri.len() + nlri_wire_len(n.path_id, &n.prefix) <= room)
+        {
+            put_nlri(&mut nlri, n.path_id, &n.prefix);
         }
         if ipv4 {
             put_header(out, message_type::UPDATE, UPDATE_FIXED + nlri.len());
@@ -319,347 +424,4 @@ pub fn encode_end_of_rib(out: &mut Vec<u8>, family: Family) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::bgp::config::{Community, LargeCommunity};
-    use crate::bgp::wire::{DecodeContext, Message, decode_message};
-
-    fn ebgp() -> EncodeParams {
-        EncodeParams {
-            my_asn: 64512,
-            ibgp: false,
-            four_octet_as: true,
-            next_hop_v4: Some(Ipv4Addr::new(10, 99, 0, 1)),
-            next_hop_v6: Some("fd00:99::1".parse().unwrap()),
-            next_hop_v6_link_local: None,
-            ipv4_over_ipv6: false,
-            only_to_customer: None,
-        }
-    }
-
-    #[test]
-    fn only_to_customer_follows_large_communities_in_type_order_and_the_update_checks_clean() {
-        let p = EncodeParams {
-            only_to_customer: Some(64512),
-            ..ebgp()
-        };
-        let attrs = RouteAttrs {
-            large_communities: [LargeCommunity {
-                global: 64512,
-                local1: 1,
-                local2: 2,
-            }]
-            .into(),
-            ..RouteAttrs::default()
-        };
-        for family in [Family::IPV4_UNICAST, Family::IPV6_UNICAST] {
-            let prefix: IpNet = if family == Family::IPV4_UNICAST {
-                "10.99.1.1/32".parse().unwrap()
-            } else {
-                "fd00:99:1::1/128".parse().unwrap()
-            };
-            let mut b = vec![];
-            encode_announcements(&mut b, &p, &attrs, family, [&prefix]).unwrap();
-            let otc = [0xc0, 35, 4, 0, 0, 0xfc, 0x00];
-            let at_otc = b.windows(7).position(|w| w == otc).expect("OTC");
-            let at_large = b.windows(2).position(|w| w == [0xc0, 32]).expect("LARGE");
-            assert!(at_large < at_otc, "{family:?}");
-            let (m, _) = decode_message(
-                &b,
-                DecodeContext {
-                    four_octet_as: true,
-                },
-            )
-            .unwrap()
-            .unwrap();
-            let Message::Update(summary) = m else {
-                panic!("not an UPDATE")
-            };
-            assert_eq!((summary.announced, summary.malformed), (1, None));
-        }
-    }
-
-    /// An eBGP session over a link with no IPv4 address and no global IPv6 one.
-    fn unnumbered() -> EncodeParams {
-        EncodeParams {
-            next_hop_v4: None,
-            next_hop_v6: None,
-            next_hop_v6_link_local: Some("fe80::1".parse().unwrap()),
-            ipv4_over_ipv6: true,
-            ..ebgp()
-        }
-    }
-
-    const FE80_1: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-
-    #[test]
-    fn an_ipv4_route_with_an_ipv6_next_hop_goes_in_mp_reach_afi_1_without_next_hop() {
-        let mut out = vec![];
-        let p: IpNet = "10.99.1.0/24".parse().unwrap();
-        let params = unnumbered();
-        encode_announcements(
-            &mut out,
-            &params,
-            &RouteAttrs::default(),
-            Family::IPV4_UNICAST,
-            [&p],
-        )
-        .unwrap();
-        // ORIGIN, AS_PATH, then MP_REACH (optional, extended length): AFI 1, SAFI 1, next hop
-        // length 16, fe80::1, reserved, 10.99.1.0/24. No NEXT_HOP, no classic NLRI.
-        let expected: Vec<u8> = [
-            &[0xff; 16][..],
-            &[0, 65, 2, 0, 0, 0, 42],
-            &[0x40, 1, 1, 0],
-            &[0x40, 2, 6, 2, 1, 0, 0, 0xfc, 0x00],
-            &[0x90, 14, 0, 25, 0, 1, 1, 16],
-            &FE80_1,
-            &[0, 24, 10, 99, 1],
-        ]
-        .concat();
-        assert_eq!(out, expected);
-        let msgs = decode_all(&out);
-        assert_eq!(
-            msgs[0].0,
-            Message::Update(crate::bgp::update_check::UpdateSummary {
-                withdrawn: 0,
-                announced: 1,
-                malformed: None,
-            })
-        );
-    }
-
-    #[test]
-    fn an_ipv6_route_with_a_global_and_a_link_local_address_carries_a_32_byte_next_hop() {
-        let mut out = vec![];
-        let p: IpNet = "fd00:99:1::/64".parse().unwrap();
-        let params = EncodeParams {
-            next_hop_v6: Some("fd00:99::1".parse().unwrap()),
-            ..unnumbered()
-        };
-        encode_announcements(
-            &mut out,
-            &params,
-            &RouteAttrs::default(),
-            Family::IPV6_UNICAST,
-            [&p],
-        )
-        .unwrap();
-        let global: Ipv6Addr = "fd00:99::1".parse().unwrap();
-        let expected: Vec<u8> = [
-            &[0xff; 16][..],
-            &[0, 86, 2, 0, 0, 0, 63],
-            &[0x40, 1, 1, 0],
-            &[0x40, 2, 6, 2, 1, 0, 0, 0xfc, 0x00],
-            &[0x90, 14, 0, 46, 0, 2, 1, 32],
-            &global.octets(),
-            &FE80_1,
-            &[0, 64, 0xfd, 0, 0, 0x99, 0, 1, 0, 0],
-        ]
-        .concat();
-        assert_eq!(out, expected);
-        assert_eq!(decode_all(&out).len(), 1);
-    }
-
-    #[test]
-    fn an_ipv6_route_with_only_a_link_local_address_carries_it_alone_in_16_bytes() {
-        let mut out = vec![];
-        let p: IpNet = "fd00:99:1::1/128".parse().unwrap();
-        encode_announcements(
-            &mut out,
-            &unnumbered(),
-            &RouteAttrs::default(),
-            Family::IPV6_UNICAST,
-            [&p],
-        )
-        .unwrap();
-        let mp = [&[0x90, 14, 0, 38, 0, 2, 1, 16][..], &FE80_1, &[0, 128]].concat();
-        assert!(out.windows(mp.len()).any(|w| w == mp), "{out:02x?}");
-    }
-
-    #[test]
-    fn many_ipv4_routes_with_an_ipv6_next_hop_pack_into_full_messages() {
-        let prefixes: Vec<IpNet> = (0..2_000u32)
-            .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
-            .collect();
-        let mut out = vec![];
-        let n = encode_announcements(
-            &mut out,
-            &unnumbered(),
-            &RouteAttrs::default(),
-            Family::IPV4_UNICAST,
-            &prefixes,
-        )
-        .unwrap();
-        let msgs = decode_all(&out);
-        assert_eq!(msgs.len(), n);
-        let total: u32 = msgs
-            .iter()
-            .map(|(m, _)| match m {
-                Message::Update(s) => s.announced,
-                _ => 0,
-            })
-            .sum();
-        assert_eq!(total, 2_000);
-        assert!(msgs.iter().all(|(_, len)| *len <= 4096));
-    }
-
-    fn decode_all(mut b: &[u8]) -> Vec<(Message, usize)> {
-        let ctx = DecodeContext {
-            four_octet_as: true,
-        };
-        let mut v = vec![];
-        while !b.is_empty() {
-            let (m, used) = decode_message(b, ctx).unwrap().unwrap();
-            v.push((m, used));
-            b = &b[used..];
-        }
-        v
-    }
-
-    #[test]
-    fn the_ebgp_as_path_is_one_sequence_with_our_asn() {
-        let mut out = vec![];
-        let p: IpNet = "10.99.1.0/24".parse().unwrap();
-        encode_announcements(
-            &mut out,
-            &ebgp(),
-            &RouteAttrs::default(),
-            Family::IPV4_UNICAST,
-            [&p],
-        )
-        .unwrap();
-        // header, withdrawn 0, attrs len, ORIGIN IGP, AS_PATH SEQUENCE(64512), NEXT_HOP, NLRI.
-        let expected: Vec<u8> = [
-            &[0xff; 16][..],
-            &[0, 47, 2, 0, 0, 0, 20],
-            &[0x40, 1, 1, 0],
-            &[0x40, 2, 6, 2, 1, 0, 0, 0xfc, 0x00],
-            &[0x40, 3, 4, 10, 99, 0, 1],
-            &[24, 10, 99, 1],
-        ]
-        .concat();
-        assert_eq!(out, expected);
-    }
-
-    #[test]
-    fn ibgp_updates_carry_an_empty_as_path_and_local_pref() {
-        let mut out = vec![];
-        let p: IpNet = "10.99.1.1/32".parse().unwrap();
-        let attrs = RouteAttrs {
-            local_pref: Some(150),
-            ..Default::default()
-        };
-        let params = EncodeParams {
-            ibgp: true,
-            ..ebgp()
-        };
-        encode_announcements(&mut out, &params, &attrs, Family::IPV4_UNICAST, [&p]).unwrap();
-        let body = &out[23..];
-        assert_eq!(&body[..7], &[0x40, 1, 1, 0, 0x40, 2, 0]);
-        assert!(body.windows(7).any(|w| w == [0x40, 5, 4, 0, 0, 0, 150]));
-    }
-
-    #[test]
-    fn ten_thousand_host_routes_pack_into_full_messages() {
-        let prefixes: Vec<IpNet> = (0..10_000u32)
-            .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
-            .collect();
-        let mut out = vec![];
-        let n = encode_announcements(
-            &mut out,
-            &ebgp(),
-            &RouteAttrs::default(),
-            Family::IPV4_UNICAST,
-            &prefixes,
-        )
-        .unwrap();
-        let msgs = decode_all(&out);
-        assert_eq!(msgs.len(), n);
-        let total: u32 = msgs
-            .iter()
-            .map(|(m, _)| match m {
-                Message::Update(s) => s.announced,
-                _ => 0,
-            })
-            .sum();
-        assert_eq!(total, 10_000);
-        // (4096 - 19 - 4 - 20) / 5 = 810 prefixes per message.
-        assert_eq!(n, 10_000usize.div_ceil(810));
-        assert!(msgs[..n - 1].iter().all(|(_, len)| *len > 4090));
-    }
-
-    #[test]
-    fn ipv6_announcements_use_mp_reach_with_the_ipv6_next_hop() {
-        let mut out = vec![];
-        let prefixes: Vec<IpNet> = vec![
-            "fd00:99:1::/64".parse().unwrap(),
-            "fd00:99:2::/64".parse().unwrap(),
-        ];
-        let attrs = RouteAttrs {
-            communities: [Community(0xfc00_0064)].into(),
-            large_communities: [LargeCommunity {
-                global: 64512,
-                local1: 1,
-                local2: 2,
-            }]
-            .into(),
-            ..Default::default()
-        };
-        encode_announcements(&mut out, &ebgp(), &attrs, Family::IPV6_UNICAST, &prefixes).unwrap();
-        let msgs = decode_all(&out);
-        assert_eq!(msgs.len(), 1);
-        assert_eq!(
-            msgs[0].0,
-            Message::Update(crate::bgp::update_check::UpdateSummary {
-                withdrawn: 0,
-                announced: 2,
-                malformed: None,
-            })
-        );
-        let nh: Ipv6Addr = "fd00:99::1".parse().unwrap();
-        assert!(out.windows(16).any(|w| w == nh.octets()));
-        assert!(out.windows(7).any(|w| w == [0xc0, 8, 4, 0xfc, 0, 0, 0x64]));
-    }
-
-    #[test]
-    fn withdrawals_and_end_of_rib_decode_as_updates() {
-        let mut out = vec![];
-        let v4: IpNet = "10.99.2.0/24".parse().unwrap();
-        let v6: IpNet = "fd00:99:2::/64".parse().unwrap();
-        encode_withdrawals(&mut out, Family::IPV4_UNICAST, [&v4]);
-        encode_withdrawals(&mut out, Family::IPV6_UNICAST, [&v6]);
-        encode_end_of_rib(&mut out, Family::IPV4_UNICAST);
-        encode_end_of_rib(&mut out, Family::IPV6_UNICAST);
-        let msgs: Vec<u32> = decode_all(&out)
-            .into_iter()
-            .map(|(m, _)| match m {
-                Message::Update(s) => s.withdrawn,
-                _ => 99,
-            })
-            .collect();
-        assert_eq!(msgs, vec![1, 1, 0, 0]);
-        assert_eq!(out.len(), 27 + 19 + 4 + 7 + 9 + 23 + 29);
-    }
-
-    #[test]
-    fn a_two_octet_peer_sees_as_trans_and_an_as4_path() {
-        let mut out = vec![];
-        let p: IpNet = "10.99.1.0/24".parse().unwrap();
-        let params = EncodeParams {
-            my_asn: 4_200_000_001,
-            four_octet_as: false,
-            ..ebgp()
-        };
-        encode_announcements(
-            &mut out,
-            &params,
-            &RouteAttrs::default(),
-            Family::IPV4_UNICAST,
-            [&p],
-        )
-        .unwrap();
-        assert!(out.windows(7).any(|w| w == [0x40, 2, 4, 2, 1, 0x5b, 0xa0]));
-        assert!(out.windows(3).any(|w| w == [0xc0, 17, 6]));
-    }
-}
+mod tests;

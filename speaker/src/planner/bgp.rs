@@ -220,7 +220,11 @@ pub fn merge_routes<'a>(
     }
     merged
         .into_iter()
-        .map(|(prefix, attrs)| Advertisement { prefix, attrs })
+        .map(|(prefix, attrs)| Advertisement {
+            prefix,
+            attrs,
+            next_hop: None,
+        })
         .collect()
 }
 
