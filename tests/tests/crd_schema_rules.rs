@@ -571,6 +571,28 @@ async fn a_peer_role_is_one_of_rfc_9234s_five_and_strict_role_needs_one() {
 }
 
 #[tokio::test]
+async fn announcing_all_nodes_needs_a_peer_address_not_an_unnumbered_interface() {
+    let (c, ns) = cluster().await;
+    let r = create(
+        &c,
+        &ns,
+        "bgppeers",
+        "BGPPeer",
+        "all-nodes",
+        peer(json!({"announceAllNodes": true})),
+    )
+    .await;
+    accepted(&r);
+    assert_eq!(r.body["spec"]["announceAllNodes"], json!(true));
+    let unnumbered = json!({"myASN": 64512, "peerASN": 64513, "interface": "eth1",
+                           "announceAllNodes": true});
+    refused(
+        &create(&c, &ns, "bgppeers", "BGPPeer", "unnumbered", unnumbered).await,
+        "announceAllNodes cannot be set with interface",
+    );
+}
+
+#[tokio::test]
 async fn a_peer_vrf_is_a_linux_interface_name() {
     let (c, ns) = cluster().await;
     for (name, vrf) in [

@@ -171,6 +171,93 @@ fn the_client_behind_an_frr_router_reaches_a_bgp_service_through_the_learned_rou
     bgp_reachability(RouterKind::Frr);
 }
 
+/// Only node-a keeps a session to the lab router, with `announceAllNodes`: the router still
+/// routes each address through every node that may carry it (ADD-PATH, the other nodes'
+/// InternalIPs as next hops), and a remote client is answered through them.
+fn one_session_for_all_nodes(router: RouterKind) {
+    let Some(lab) = e2e_support::lab(router) else {
+        return;
+    };
+    let client = lab.client();
+    lab.block(async move {
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("ferrolb.io", "v1beta1", "BGPPeer"),
+            "bgppeers",
+        );
+        let patch = serde_json::json!({"spec": {
+            "announceAllNodes": true,
+            "nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": "node-a"}}],
+        }});
+        Api::<kube::core::DynamicObject>::namespaced_with(
+            client,
+            ferrolb_tests::lab::INSTALL_NS,
+            &ar,
+        )
+        .patch("lab-router", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+    })
+    .expect("the BGPPeer is patched");
+    // One session left, node-a's, with ADD-PATH in force.
+    lab.wait(CONVERGE, "node-a's session alone, with add-path", || {
+        let s = lab.bgp_sessions().ok()?;
+        (s.len() == 1
+            && s[0].1.node == "node-a"
+            && s[0].1.bgp_state == "Established"
+            && s[0].1.capabilities.iter().any(|c| c == "add-path"))
+        .then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", lab.bgp_sessions()));
+    let services = addresses(&lab);
+    // web-bgp (externalTrafficPolicy: Cluster) through all three nodes; local-bgp through
+    // node-c, its endpoint's node, which has no session of its own now.
+    for (name, nodes) in [("web-bgp", &[0, 1, 2][..]), ("local-bgp", &[2][..])] {
+        for ip in all_addresses_of(&services, name) {
+            lab.wait_for_route(ip, nodes, CONVERGE)
+                .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+        }
+    }
+    for ip in all_addresses_of(&services, "web-bgp") {
+        // As in bgp_reachability: five answers in a row once the multipath route settles.
+        lab.wait(CONVERGE, "five answers in a row through the router", || {
+            (0..5)
+                .all(|_| lab.ask_from_remote(ip).is_ok())
+                .then_some(())
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+        let answers: BTreeSet<String> = (0..10)
+            .map(|n| {
+                lab.ask_from_remote(ip)
+                    .unwrap_or_else(|e| panic!("request {n} to {ip}: {e:?}"))
+            })
+            .collect();
+        assert!(
+            answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())),
+            "{answers:?}"
+        );
+    }
+    for ip in all_addresses_of(&services, "local-bgp") {
+        let answer = lab
+            .wait(CONVERGE, "an answer through the router", || {
+                lab.ask_from_remote(ip).ok()
+            })
+            .unwrap_or_else(|e| panic!("{ip}: {e}"));
+        assert_eq!(answer, "node-c", "{ip}");
+    }
+}
+
+#[test]
+fn one_session_announcing_all_nodes_has_a_bird_router_reach_every_node_that_may_carry_each_address()
+{
+    one_session_for_all_nodes(RouterKind::Bird);
+}
+
+#[test]
+fn one_session_announcing_all_nodes_has_an_frr_router_reach_every_node_that_may_carry_each_address()
+{
+    one_session_for_all_nodes(RouterKind::Frr);
+}
+
 #[test]
 fn external_traffic_policy_local_steers_traffic_to_the_node_with_the_endpoint_and_follows_it() {
     let Some(lab) = e2e_support::lab(RouterKind::Bird) else {

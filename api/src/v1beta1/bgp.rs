@@ -191,6 +191,8 @@ pub struct SecretRef {
     .field_path(".disableMP"))]
 #[x_kube(validation = Rule::new("!(has(self.strictRole) && self.strictRole) || has(self.role)")
     .message("strictRole needs role: the speaker can only require the router's BGP role when it has one of its own").field_path(".strictRole"))]
+#[x_kube(validation = Rule::new("!(has(self.announceAllNodes) && self.announceAllNodes) || !has(self.interface)")
+    .message("announceAllNodes cannot be set with interface: the other nodes' next hops are their InternalIP addresses, which an unnumbered link has none of").field_path(".announceAllNodes"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPPeerSpec {
     /// The speaker's AS number.
@@ -322,6 +324,21 @@ pub struct BGPPeerSpec {
     /// Refuse a router that announces no role at all (RFC 9234 strict mode); needs `role`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strict_role: bool,
+    /// FerroLB's own: this session announces, for each address, a path through every node
+    /// that may carry its traffic, not only through its own node (ADD-PATH, RFC 7911; each
+    /// other node's path has that node's `InternalIP` of the address's family as next hop, so
+    /// the nodes must share the router's link). A node may carry an address when its `Ready`
+    /// condition is `True`, it is not excluded (`node.kubernetes.io/exclude-from-external-load-balancers`,
+    /// `NetworkUnavailable`), the advertisement's `nodeSelectors` select it and, with
+    /// `externalTrafficPolicy: Local`, it has a ready endpoint of the Service. The router
+    /// spreads traffic over all of them (ECMP) with sessions from only the nodes this peer's
+    /// `nodeSelectors` select: two or three, instead of every node. A router that does not
+    /// receive ADD-PATH gets one path per address, through the speaker's own node when it may
+    /// carry it. A node that dies leaves the paths when Kubernetes marks it not `Ready`
+    /// (`node-monitor-grace-period`, 40 s by default), not within BFD's time: nodes that
+    /// need sub-second failover keep sessions of their own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub announce_all_nodes: bool,
 }
 
 /// `BGPPeer.spec.role`: what this AS is to the router's (RFC 9234 §3.1), named as in FRR's

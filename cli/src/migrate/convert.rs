@@ -274,6 +274,7 @@ pub fn bgp_peer_v1beta2(spec: &mut Fields<'_>, ctx: &PeerContext<'_>) -> PeerOut
         enable_graceful_restart: spec.bool("enableGracefulRestart").unwrap_or(false),
         role: None,
         strict_role: false,
+        announce_all_nodes: false,
         bfd_profile: spec.non_empty_string("bfdProfile"),
         // MetalLB's `""` is the default VRF, which is FerroLB's unset.
         vrf: spec.non_empty_string("vrf"),
@@ -330,6 +331,7 @@ pub fn bgp_peer_v1beta1(spec: &mut Fields<'_>) -> PeerOut {
         enable_graceful_restart: false,
         role: None,
         strict_role: false,
+        announce_all_nodes: false,
         bfd_profile: spec.non_empty_string("bfdProfile"),
         vrf: None,
         // A v1beta1 peer carries its own family only, as MetalLB's default does.

@@ -64,12 +64,14 @@ pub const MSG_SERVICE_SELECTORS_HOST_ROUTES: &str = "serviceSelectors need host 
 pub const MSG_DUAL_STACK: &str = "disableMP: true (one family) contradicts dualStackAddressFamily: true (both families); drop disableMP, which is deprecated";
 /// FerroLB's message for `strictRole` without `role`.
 pub const MSG_STRICT_ROLE: &str = "strictRole needs role: the speaker can only require the router's BGP role when it has one of its own";
+/// FerroLB's message for `announceAllNodes` with `interface`.
+pub const MSG_ANNOUNCE_ALL_NODES: &str = "announceAllNodes cannot be set with interface: the other nodes' next hops are their InternalIP addresses, which an unnumbered link has none of";
 /// FerroLB's message for `sourceAddress` with `interface`.
 pub const MSG_SOURCE_WITH_INTERFACE: &str = "sourceAddress cannot be set with interface: an unnumbered session runs from the node's IPv6 link-local address on that interface";
 
 /// Every CEL rule message of the six configuration CRDs that this module restates.
 #[cfg(test)]
-const RESTATED_RULES: [&str; 20] = [
+const RESTATED_RULES: [&str; 21] = [
     // `spec.addresses`: restated by `parse_pool`, which is stricter (IPv6 order, overlaps).
     "each address must be a CIDR such as 10.0.0.0/24 or a range such as 10.0.0.10-10.0.0.20 of one family, start not after end",
     MSG_COMMUNITY_RANGE,
@@ -90,6 +92,7 @@ const RESTATED_RULES: [&str; 20] = [
     MSG_SOURCE_WITH_INTERFACE,
     MSG_DUAL_STACK,
     MSG_STRICT_ROLE,
+    MSG_ANNOUNCE_ALL_NODES,
     MSG_SERVICE_SELECTORS_HOST_ROUTES,
 ];
 
@@ -448,6 +451,11 @@ fn peer_rules(spec: &BGPPeerSpec, out: &mut Vec<Problem>) {
     if spec.strict_role && spec.role.is_none() {
         out.push(Problem::Rule {
             message: MSG_STRICT_ROLE.into(),
+        });
+    }
+    if spec.announce_all_nodes && spec.interface.is_some() {
+        out.push(Problem::Rule {
+            message: MSG_ANNOUNCE_ALL_NODES.into(),
         });
     }
     if let Some(vrf) = &spec.vrf

@@ -68,15 +68,24 @@ pub fn slice(ns: &str, name: &str, service: &str, endpoints: &[(&str, bool)]) ->
     .unwrap()
 }
 
-/// A Ready Node with `labels`.
+/// A Ready Node with `labels`, and InternalIP addresses of both families made from its name
+/// (`10.250.0.N`, `fd00:250::N`).
 pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
     let labels: serde_json::Map<String, serde_json::Value> = labels
         .iter()
         .map(|(k, v)| ((*k).to_string(), json!(v)))
         .collect();
+    let n = name.bytes().map(u32::from).sum::<u32>() % 250 + 1;
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [
+                {"type": "InternalIP", "address": format!("10.250.0.{n}")},
+                {"type": "InternalIP", "address": format!("fd00:250::{n:x}")},
+                {"type": "Hostname", "address": name},
+            ],
+        },
     }))
     .unwrap()
 }
@@ -169,4 +178,11 @@ pub fn peer(name: &str, address: &str) -> BGPPeer {
         "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": address},
     }))
     .unwrap()
+}
+
+/// A BGPPeer at `address` that carries every node's paths (`announceAllNodes`).
+pub fn peer_for_all_nodes(name: &str, address: &str) -> BGPPeer {
+    let mut p = peer(name, address);
+    p.spec.announce_all_nodes = true;
+    p
 }

@@ -105,10 +105,8 @@ pub fn digest(namespace: &str, name: &str) -> Digest {
 /// A Node as kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeRec {
-    /// What the planners read.
+    /// What the planners read (its `ready` is also the Kubernetes view of live speakers).
     pub info: NodeInfo,
-    /// The `Ready` condition is `True` (for the Kubernetes view of live speakers).
-    pub ready: bool,
 }
 
 /// What changed since the last [`Cluster::take_changes`].
@@ -529,7 +527,6 @@ impl Cluster {
                 }
                 let rec = NodeRec {
                     info: convert::node_info(&node),
-                    ready: node_ready(&node),
                 };
                 self.nodes.upsert(node.name_any(), rec).is_some()
             }
@@ -754,7 +751,7 @@ impl Cluster {
     pub fn ready_nodes(&self) -> BTreeSet<String> {
         self.nodes
             .values()
-            .filter(|n| n.ready)
+            .filter(|n| n.info.ready)
             .map(|n| n.info.name.clone())
             .collect()
     }
@@ -811,16 +808,6 @@ fn slice_digest(slice: &EndpointSlice) -> Digest {
         slice.metadata.namespace.as_deref().unwrap_or(""),
         slice.metadata.name.as_deref().unwrap_or(""),
     )
-}
-
-/// Whether a Node's `Ready` condition is `True`.
-pub fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// What configuration objects keep of their metadata: identity, labels (selectors) and the

@@ -123,7 +123,7 @@ mod tests {
         .collect();
         let ready: BTreeSet<String> = [node("a", "True"), node("b", "True"), node("c", "Unknown")]
             .iter()
-            .filter(|n| crate::cluster::node_ready(n))
+            .filter(|n| crate::planner::convert::node_info(n).ready)
             .filter_map(|n| n.metadata.name.clone())
             .collect();
         assert_eq!(

@@ -8,6 +8,11 @@
 //! `nodeSelectors` select this node, the node may announce at all (not excluded, network
 //! available), and the Service has a usable endpoint (on this node, for
 //! `externalTrafficPolicy: Local`).
+//!
+//! A peer with `announceAllNodes` also gets, from each node its `nodeSelectors` select, a path
+//! through every other node that may carry the address (ready, not excluded, selected by the
+//! advertisement, with a local endpoint under `externalTrafficPolicy: Local`), its `InternalIP`
+//! as next hop ([`Route::next_hop`]); the session sends them with ADD-PATH.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -92,6 +97,9 @@ pub struct BgpPeerInfo {
     pub name: String,
     /// `spec.nodeSelectors` (all nodes when empty).
     pub node_selectors: Vec<LabelSelector>,
+    /// `spec.announceAllNodes`: the session also carries the paths through every other node
+    /// that may carry an address.
+    pub announce_all_nodes: bool,
 }
 
 /// What this node announces over BGP.
@@ -117,36 +125,87 @@ pub struct BgpNode<'a> {
     pub may_announce: Result<(), NotEligible>,
     /// The peers that select it.
     pub peers: Vec<&'a BgpPeerInfo>,
+    /// The other nodes that may carry traffic at all (ready, not excluded, network available),
+    /// for the peers with `announceAllNodes`; empty when no peer of this node has it.
+    pub others: Vec<&'a NodeInfo>,
 }
 
 impl<'a> BgpNode<'a> {
     /// `this_node` among `nodes` (a node without a Node object may announce, with no labels).
     pub fn new(
         this_node: &'a str,
-        nodes: &BTreeMap<String, NodeInfo>,
+        nodes: &'a BTreeMap<String, NodeInfo>,
         peers: &'a [BgpPeerInfo],
     ) -> Self {
         let node = nodes.get(this_node).cloned().unwrap_or_else(|| NodeInfo {
             name: this_node.to_owned(),
             ..Default::default()
         });
+        let peers: Vec<&BgpPeerInfo> = peers
+            .iter()
+            .filter(|p| ferrolb_api::selector::any_matches(&p.node_selectors, &node.labels))
+            .collect();
+        let others = if peers.iter().any(|p| p.announce_all_nodes) {
+            nodes
+                .values()
+                .filter(|n| n.name != this_node && n.ready && node_may_announce(n).is_ok())
+                .collect()
+        } else {
+            Vec::new()
+        };
         BgpNode {
             name: this_node,
             may_announce: node_may_announce(&node),
-            peers: peers
-                .iter()
-                .filter(|p| ferrolb_api::selector::any_matches(&p.node_selectors, &node.labels))
-                .collect(),
+            peers,
+            others,
             labels: node.labels,
         }
     }
+
+    /// The next hops of the other nodes that may carry `ip` of `svc` under `adv`: their
+    /// `InternalIP` of `ip`'s family.
+    fn other_next_hops(
+        &self,
+        svc: &ServiceInfo,
+        adv: &BgpAdvertisementInfo,
+        ip: IpAddr,
+    ) -> Vec<IpAddr> {
+        self.others
+            .iter()
+            .filter(|n| ferrolb_api::selector::any_matches(&adv.node_selectors, &n.labels))
+            .filter(|n| service_may_use(svc, &n.name).is_ok())
+            .filter_map(|n| {
+                n.addresses
+                    .iter()
+                    .find(|a| a.is_ipv4() == ip.is_ipv4())
+                    .copied()
+            })
+            .collect()
+    }
+}
+
+/// A path: a prefix and its next hop (`None`: through this node).
+pub type PathKey = (IpNet, Option<IpAddr>);
+
+/// One path a Service contributes to a peer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The peer (`BGPPeer` name).
+    pub peer: String,
+    /// The announced prefix.
+    pub prefix: IpNet,
+    /// `None`: through this node (the session's own next hop); an address: through another
+    /// node (`announceAllNodes`).
+    pub next_hop: Option<IpAddr>,
+    /// The path's attributes.
+    pub attrs: RouteAttrs,
 }
 
 /// What one Service contributes to this node's BGP announcements.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServiceRoutes {
-    /// (peer, prefix, attributes) for each of its addresses and each peer it goes to.
-    pub routes: Vec<(String, IpNet, RouteAttrs)>,
+    /// Each path of each of its addresses to each peer it goes to.
+    pub routes: Vec<Route>,
     /// The peers it is announced to, or why it is not announced at all.
     pub announced_to: Result<BTreeSet<String>, NotEligible>,
 }
@@ -162,15 +221,19 @@ pub fn service_routes(
         routes: Vec::new(),
         announced_to: Err(NotEligible::NoMatchingAdvertisement),
     };
-    if let Err(why) = node
+    // Whether this node's own path may go out; a peer with `announceAllNodes` still carries
+    // the other nodes' paths when it may not.
+    let own = node
         .may_announce
-        .and_then(|_| service_may_use(svc, node.name))
+        .and_then(|_| service_may_use(svc, node.name));
+    if let Err(why) = own
+        && node.others.is_empty()
     {
         out.announced_to = Err(why);
         return out;
     }
     let mut announced_to = BTreeSet::new();
-    let mut why_not = NotEligible::NoMatchingAdvertisement;
+    let mut why_not = own.err().unwrap_or(NotEligible::NoMatchingAdvertisement);
     for ip in &svc.ingress {
         let Some(pool) = pools.iter().find(|p| p.contains(*ip)) else {
             continue;
@@ -182,19 +245,37 @@ pub fn service_routes(
                 }
                 continue;
             }
-            if !ferrolb_api::selector::any_matches(&adv.node_selectors, &node.labels) {
+            let own_selected =
+                ferrolb_api::selector::any_matches(&adv.node_selectors, &node.labels);
+            if own.is_ok() && !own_selected {
                 why_not = NotEligible::NodeSelectorMismatch;
-                continue;
             }
+            let own_path = own.is_ok() && own_selected;
             let prefix = adv.prefix(*ip);
             let attrs = adv.attrs();
-            for peer in node
+            let peers = node
                 .peers
                 .iter()
-                .filter(|p| adv.peers.is_empty() || adv.peers.contains(&p.name))
-            {
-                out.routes.push((peer.name.clone(), prefix, attrs.clone()));
-                announced_to.insert(peer.name.clone());
+                .filter(|p| adv.peers.is_empty() || adv.peers.contains(&p.name));
+            let mut others: Option<Vec<IpAddr>> = None;
+            for peer in peers {
+                let mut next_hops: Vec<Option<IpAddr>> = Vec::new();
+                if own_path {
+                    next_hops.push(None);
+                }
+                if peer.announce_all_nodes {
+                    let o = others.get_or_insert_with(|| node.other_next_hops(svc, adv, *ip));
+                    next_hops.extend(o.iter().map(|a| Some(*a)));
+                }
+                for next_hop in next_hops {
+                    out.routes.push(Route {
+                        peer: peer.name.clone(),
+                        prefix,
+                        next_hop,
+                        attrs: attrs.clone(),
+                    });
+                    announced_to.insert(peer.name.clone());
+                }
             }
         }
     }
@@ -206,24 +287,25 @@ pub fn service_routes(
     out
 }
 
-/// Merges the routes of several Services into one advertisement per prefix (attributes merged
-/// when several Services or advertisements give the same prefix, as with aggregation).
+/// Merges the routes of several Services into one advertisement per path (prefix and next
+/// hop; attributes merged when several Services or advertisements give the same path, as with
+/// aggregation).
 pub fn merge_routes<'a>(
-    routes: impl IntoIterator<Item = (&'a IpNet, &'a RouteAttrs)>,
+    routes: impl IntoIterator<Item = ((&'a IpNet, &'a Option<IpAddr>), &'a RouteAttrs)>,
 ) -> Vec<Advertisement> {
-    let mut merged: BTreeMap<IpNet, RouteAttrs> = BTreeMap::new();
-    for (prefix, attrs) in routes {
+    let mut merged: BTreeMap<PathKey, RouteAttrs> = BTreeMap::new();
+    for ((prefix, next_hop), attrs) in routes {
         merged
-            .entry(*prefix)
+            .entry((*prefix, *next_hop))
             .and_modify(|a| a.merge(attrs))
             .or_insert_with(|| attrs.clone());
     }
     merged
         .into_iter()
-        .map(|(prefix, attrs)| Advertisement {
+        .map(|((prefix, next_hop), attrs)| Advertisement {
             prefix,
             attrs,
-            next_hop: None,
+            next_hop,
         })
         .collect()
 }
@@ -237,15 +319,16 @@ pub fn plan_bgp(
 ) -> BgpPlan {
     let mut plan = BgpPlan::default();
     let node = BgpNode::new(&snapshot.this_node, &snapshot.nodes, peers);
-    let mut routes: BTreeMap<String, Vec<(IpNet, RouteAttrs)>> = node
+    let mut routes: BTreeMap<String, Vec<(PathKey, RouteAttrs)>> = node
         .peers
         .iter()
         .map(|p| (p.name.clone(), Vec::new()))
         .collect();
     for svc in &snapshot.services {
         let contribution = service_routes(&node, &snapshot.pools, advertisements, svc);
-        for (peer, prefix, attrs) in contribution.routes {
-            routes.entry(peer).or_default().push((prefix, attrs));
+        for r in contribution.routes {
+            let path = ((r.prefix, r.next_hop), r.attrs);
+            routes.entry(r.peer).or_default().push(path);
         }
         match contribution.announced_to {
             Ok(peers) => {
@@ -258,7 +341,10 @@ pub fn plan_bgp(
     }
     plan.per_peer = routes
         .into_iter()
-        .map(|(peer, prefixes)| (peer, merge_routes(prefixes.iter().map(|(p, a)| (p, a)))))
+        .map(|(peer, paths)| {
+            let paths = paths.iter().map(|((p, nh), a)| ((p, nh), a));
+            (peer, merge_routes(paths))
+        })
         .collect();
     plan
 }
@@ -338,8 +424,146 @@ mod tests {
     fn peers() -> Vec<BgpPeerInfo> {
         vec![BgpPeerInfo {
             name: "tor".into(),
-            node_selectors: vec![],
+            ..Default::default()
         }]
+    }
+
+    /// [`snapshot`] with three nodes a, b and c, Ready, with InternalIPs 10.99.0.1x and
+    /// fd00:99::1x on the router's link.
+    fn three_nodes(me: &str, local: bool, endpoints_on: &[&str]) -> Snapshot {
+        let mut s = snapshot(me, local, endpoints_on);
+        s.nodes = ["a", "b", "c"]
+            .iter()
+            .zip(1..)
+            .map(|(n, i)| {
+                let info = NodeInfo {
+                    name: n.to_string(),
+                    labels: [("rack".to_string(), format!("r{i}"))].into(),
+                    ready: true,
+                    addresses: vec![
+                        format!("10.99.0.1{i}").parse().unwrap(),
+                        format!("fd00:99::1{i}").parse().unwrap(),
+                    ],
+                    ..Default::default()
+                };
+                (n.to_string(), info)
+            })
+            .collect();
+        s
+    }
+
+    fn all_nodes_peer() -> Vec<BgpPeerInfo> {
+        vec![BgpPeerInfo {
+            name: "rr".into(),
+            announce_all_nodes: true,
+            ..Default::default()
+        }]
+    }
+
+    /// The paths of `plan` to `peer`, as "prefix via next hop" (`self` for this node's own).
+    fn paths(plan: &BgpPlan, peer: &str) -> Vec<String> {
+        plan.per_peer[peer]
+            .iter()
+            .map(|a| {
+                let via = a.next_hop.map_or("self".to_string(), |nh| nh.to_string());
+                format!("{} via {via}", a.prefix)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_peer_announcing_all_nodes_gets_a_path_through_each_ready_node_by_its_internal_ip() {
+        let plan = plan_bgp(
+            &three_nodes("a", false, &["a"]),
+            &[adv()],
+            &all_nodes_peer(),
+        );
+        assert_eq!(
+            paths(&plan, "rr"),
+            [
+                "10.99.5.7/32 via self",
+                "10.99.5.7/32 via 10.99.0.12",
+                "10.99.5.7/32 via 10.99.0.13",
+                "fd00:99:5::7/128 via self",
+                "fd00:99:5::7/128 via fd00:99::12",
+                "fd00:99:5::7/128 via fd00:99::13",
+            ]
+        );
+        // Without announceAllNodes, only this node's own path, as before.
+        let plan = plan_bgp(&three_nodes("a", false, &["a"]), &[adv()], &peers());
+        assert_eq!(
+            paths(&plan, "tor"),
+            ["10.99.5.7/32 via self", "fd00:99:5::7/128 via self"]
+        );
+    }
+
+    #[test]
+    fn with_local_traffic_policy_the_paths_go_through_the_nodes_with_an_endpoint_even_from_a_node_without_one()
+     {
+        let plan = plan_bgp(&three_nodes("a", true, &["c"]), &[adv()], &all_nodes_peer());
+        assert_eq!(
+            paths(&plan, "rr"),
+            [
+                "10.99.5.7/32 via 10.99.0.13",
+                "fd00:99:5::7/128 via fd00:99::13"
+            ]
+        );
+        let key = ServiceKey::new("default", "web");
+        assert_eq!(plan.per_service[&key], BTreeSet::from(["rr".to_string()]));
+        // Nowhere an endpoint: no path, and the reason is this node's.
+        let plan = plan_bgp(&three_nodes("a", true, &[]), &[adv()], &all_nodes_peer());
+        assert!(plan.per_peer["rr"].is_empty());
+        assert_eq!(plan.not_announced[&key], NotEligible::NoReadyEndpoints);
+    }
+
+    #[test]
+    fn a_node_not_ready_excluded_without_network_unselected_or_without_an_address_of_the_family_is_no_path()
+     {
+        let mut s = three_nodes("a", false, &["a"]);
+        let b = s.nodes.get_mut("b").unwrap();
+        b.ready = false;
+        let plan = plan_bgp(&s, &[adv()], &all_nodes_peer());
+        assert!(
+            !paths(&plan, "rr")
+                .iter()
+                .any(|p| p.contains("::12") || p.contains(".12"))
+        );
+        for change in [
+            |n: &mut NodeInfo| {
+                n.labels.insert(
+                    ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB.into(),
+                    "".into(),
+                );
+            },
+            |n: &mut NodeInfo| n.network_unavailable = true,
+            |n: &mut NodeInfo| n.addresses.retain(IpAddr::is_ipv6),
+        ] {
+            let mut s = three_nodes("a", false, &["a"]);
+            change(s.nodes.get_mut("c").unwrap());
+            let plan = plan_bgp(&s, &[adv()], &all_nodes_peer());
+            let v4_via_c = paths(&plan, "rr").contains(&"10.99.5.7/32 via 10.99.0.13".into());
+            assert!(!v4_via_c, "{:?}", paths(&plan, "rr"));
+        }
+        // The advertisement's nodeSelectors pick the paths' nodes: rack r2 is node b only.
+        let rack2 = BgpAdvertisementInfo {
+            node_selectors: vec![LabelSelector {
+                match_labels: Some([("rack".to_string(), "r2".to_string())].into()),
+                ..Default::default()
+            }],
+            ..adv()
+        };
+        let plan = plan_bgp(
+            &three_nodes("a", false, &["a"]),
+            &[rack2],
+            &all_nodes_peer(),
+        );
+        assert_eq!(
+            paths(&plan, "rr"),
+            [
+                "10.99.5.7/32 via 10.99.0.12",
+                "fd00:99:5::7/128 via fd00:99::12"
+            ]
+        );
     }
 
     #[test]

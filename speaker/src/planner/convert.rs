@@ -1,5 +1,7 @@
 //! From Kubernetes and FerroLB objects to the planner's plain structs. Pure: no I/O, no clock.
 
+use std::net::IpAddr;
+
 use super::input::{
     EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
 };
@@ -94,17 +96,40 @@ pub fn endpoints(
 
 /// A Node as the planner sees it.
 pub fn node_info(node: &Node) -> NodeInfo {
-    let network_unavailable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
+    let status = node.status.as_ref();
+    let conditions = || {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+    };
+    let network_unavailable =
+        conditions().any(|c| c.type_ == "NetworkUnavailable" && c.status == "True");
+    let ready = conditions().any(|c| c.type_ == "Ready" && c.status == "True");
+    let mut addresses: Vec<IpAddr> = status
+        .and_then(|s| s.addresses.as_ref())
         .into_iter()
         .flatten()
-        .any(|c| c.type_ == "NetworkUnavailable" && c.status == "True");
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    // The first of each family is the one a router reaches the node by (the kubelet lists
+    // its primary address first).
+    let mut seen = (false, false);
+    addresses.retain(|a| {
+        let first = if a.is_ipv4() {
+            &mut seen.0
+        } else {
+            &mut seen.1
+        };
+        !std::mem::replace(first, true)
+    });
     NodeInfo {
         name: node.name_any(),
         labels: node.labels().clone(),
         network_unavailable,
+        ready,
+        addresses,
     }
 }
 
@@ -175,6 +200,7 @@ pub fn bgp_peer_infos(peers: &[BGPPeer]) -> Vec<BgpPeerInfo> {
         .map(|p| BgpPeerInfo {
             name: p.name_any(),
             node_selectors: p.spec.node_selectors.clone(),
+            announce_all_nodes: p.spec.announce_all_nodes,
         })
         .collect()
 }

@@ -25,10 +25,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
-use ipnet::IpNet;
-
 use super::NotAnnounced;
-use super::bgp::{BgpNode, ServiceRoutes, merge_routes, service_routes};
+use super::bgp::{BgpNode, PathKey, ServiceRoutes, merge_routes, service_routes};
 use super::eligibility::{NotEligible, node_may_announce};
 use super::input::{HoldDown, L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
 use super::l2::{Interfaces, applying};
@@ -500,7 +498,8 @@ pub struct BgpUpdate {
 #[derive(Debug, Default)]
 pub struct BgpTracker {
     per_service: HashMap<ServiceKey, ServiceRoutes>,
-    routes: BTreeMap<String, BTreeMap<IpNet, BTreeMap<ServiceKey, RouteAttrs>>>,
+    /// Per peer, per path (prefix and next hop), what each Service gives it.
+    routes: BTreeMap<String, BTreeMap<PathKey, BTreeMap<ServiceKey, RouteAttrs>>>,
     peers: BTreeSet<String>,
     initialised: bool,
 }
@@ -524,7 +523,7 @@ impl BgpTracker {
         merge_routes(
             prefixes
                 .iter()
-                .flat_map(|(p, by_svc)| by_svc.values().map(move |a| (p, a))),
+                .flat_map(|((p, nh), by_svc)| by_svc.values().map(move |a| ((p, nh), a))),
         )
     }
 
@@ -569,30 +568,31 @@ impl BgpTracker {
             if old_to != new_to {
                 out.services.insert(key.clone());
             }
-            for (peer, prefix, _) in &old_routes {
-                if let Some(by_prefix) = self.routes.get_mut(peer)
-                    && let Some(by_svc) = by_prefix.get_mut(prefix)
+            for r in &old_routes {
+                let path = (r.prefix, r.next_hop);
+                if let Some(by_path) = self.routes.get_mut(&r.peer)
+                    && let Some(by_svc) = by_path.get_mut(&path)
                 {
                     by_svc.remove(&key);
                     if by_svc.is_empty() {
-                        by_prefix.remove(prefix);
+                        by_path.remove(&path);
                     }
-                    out.peers.insert(peer.clone());
+                    out.peers.insert(r.peer.clone());
                 }
             }
             if let Some(new) = new {
-                for (peer, prefix, attrs) in &new.routes {
+                for r in &new.routes {
                     let slot = self
                         .routes
-                        .entry(peer.clone())
+                        .entry(r.peer.clone())
                         .or_default()
-                        .entry(*prefix)
+                        .entry((r.prefix, r.next_hop))
                         .or_default();
                     // One Service may reach a prefix twice (two addresses in one aggregate).
                     slot.entry(key.clone())
-                        .and_modify(|a| a.merge(attrs))
-                        .or_insert_with(|| attrs.clone());
-                    out.peers.insert(peer.clone());
+                        .and_modify(|a| a.merge(&r.attrs))
+                        .or_insert_with(|| r.attrs.clone());
+                    out.peers.insert(r.peer.clone());
                 }
                 if old_routes != new.routes {
                     out.services.insert(key.clone());

@@ -110,6 +110,11 @@ pub struct NodeInfo {
     pub labels: BTreeMap<String, String>,
     /// A `NetworkUnavailable` condition with status `True`.
     pub network_unavailable: bool,
+    /// The `Ready` condition is `True` (the kubelet reports the node healthy).
+    pub ready: bool,
+    /// The node's first `InternalIP` of each family: the next hop of its paths on sessions
+    /// with `announceAllNodes`.
+    pub addresses: Vec<IpAddr>,
 }
 
 /// An `IPAddressPool` that is ready (valid, overlapping no older pool), with its parsed ranges.

@@ -57,6 +57,7 @@ fn world(this: &str, n: u32) -> Snapshot {
                     name: (*n).into(),
                     labels: labels.into(),
                     network_unavailable: false,
+                    ..Default::default()
                 };
                 ((*n).to_string(), info)
             })

@@ -57,6 +57,7 @@ fn cluster(this: &str, services: Vec<ServiceInfo>) -> Snapshot {
                         name: (*n).into(),
                         labels: labels(&[("kubernetes.io/hostname", n)]),
                         network_unavailable: false,
+                        ..Default::default()
                     },
                 )
             })

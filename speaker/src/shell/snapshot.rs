@@ -227,6 +227,7 @@ fn peer_config(peer: &BGPPeer, secrets: &[Secret]) -> Result<PeerConfig, PeerCon
         BgpRole::RsClient => Role::RsClient,
     });
     c.strict_role = spec.strict_role;
+    c.add_path = spec.announce_all_nodes;
     c.password = match (&spec.password, &spec.password_secret) {
         (Some(p), _) => Some(p.clone()),
         (None, Some(secret)) => Some(secret_value(secrets, &secret.name, "password").ok_or_else(

@@ -372,8 +372,8 @@ fn bird_config() -> String {
          filter node_in {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}\n\
          template bgp node {{\n  local {rid} as {ROUTER_ASN};\n  passive on;\n  \
          error wait time 1, 5;\n  bfd on;\n  \
-         ipv4 {{ import filter node_in; export none; }};\n  \
-         ipv6 {{ import filter node_in; export none; }};\n}}\n",
+         ipv4 {{ import filter node_in; export none; add paths rx; }};\n  \
+         ipv6 {{ import filter node_in; export none; add paths rx; }};\n}}\n",
         rid = RouterAddrs::SEGMENT_V4,
     );
     for (i, name) in NODE_NAMES.iter().enumerate() {

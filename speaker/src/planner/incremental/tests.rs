@@ -48,6 +48,7 @@ impl World {
             &[("tier", "public")],
         )));
         cluster.peer(Update::Apply(peer("tor", "192.0.2.1")));
+        cluster.peer(Update::Apply(peer_for_all_nodes("rr", "192.0.2.2")));
         World {
             cluster,
             l2: L2Tracker::new(),
