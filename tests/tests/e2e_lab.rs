@@ -244,6 +244,31 @@ fn one_session_for_all_nodes(router: RouterKind) {
             .unwrap_or_else(|e| panic!("{ip}: {e}"));
         assert_eq!(answer, "node-c", "{ip}");
     }
+    // node-b's kubelet reports it not Ready: its paths go; Ready again, they come back.
+    for (ready, nodes) in [("False", &[0, 2][..]), ("True", &[0, 1, 2][..])] {
+        set_node_ready(&lab, "node-b", ready);
+        for ip in all_addresses_of(&services, "web-bgp") {
+            lab.wait_for_route(ip, nodes, CONVERGE)
+                .unwrap_or_else(|e| panic!("Ready {ready}: {e}\n{}", lab.router.show_routes()));
+        }
+    }
+}
+
+/// Sets `node`'s `Ready` condition to `status`, as its kubelet (or the node lifecycle
+/// controller, for a node gone silent) would.
+fn set_node_ready(lab: &Lab, node: &'static str, status: &'static str) {
+    let client = lab.client();
+    lab.block(async move {
+        let patch = serde_json::json!({"status": {"conditions": [
+            {"type": "Ready", "status": status, "reason": "KubeletReady"},
+            {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
+        ]}});
+        Api::<k8s_openapi::api::core::v1::Node>::all(client)
+            .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    })
+    .expect("the Node's status is patched");
 }
 
 #[test]
