@@ -1158,54 +1158,13 @@ fn bird_without_add_paths_rx_gets_one_path_per_prefix_with_our_own_next_hop() {
 /// Starts zebra and bgpd (passive towards the speaker, `maximum-paths 8`) in the router
 /// namespace; returns the directory of their vty sockets.
 fn start_frr_with_zebra(lab: &mut Lab) -> String {
-    // zebra drops root for the `frr` user, so its files live in a directory that user owns.
-    let dir = lab.dir.join("frr");
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.to_string_lossy().into_owned();
-    std::fs::write(dir.join("zebra.conf"), "hostname r1\n").unwrap();
     let conf = format!(
         "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id {ROUTER_V4}\n no bgp ebgp-requires-policy\n\
          neighbor {SPEAKER_V4} remote-as {SPEAKER_AS}\n neighbor {SPEAKER_V4} passive\n\
          address-family ipv4 unicast\n  neighbor {SPEAKER_V4} activate\n  maximum-paths 8\n exit-address-family\n\
          address-family ipv6 unicast\n  neighbor {SPEAKER_V4} activate\n  maximum-paths 8\n exit-address-family\n"
     );
-    std::fs::write(dir.join("bgpd.conf"), conf).unwrap();
-    let chown = std::process::Command::new("chown")
-        .args(["-R", "frr:frr", &d])
-        .status()
-        .unwrap();
-    assert!(chown.success());
-    let zsock = format!("{d}/zserv.api");
-    let common = |conf: &str, pid: &str| -> Vec<String> {
-        let (conf, pid) = (format!("{d}/{conf}"), format!("{d}/{pid}"));
-        let args = [
-            "-f",
-            &conf,
-            "-i",
-            &pid,
-            "-z",
-            &zsock,
-            "--vty_socket",
-            &d,
-            "-P",
-            "0",
-        ];
-        args.map(str::to_owned).to_vec()
-    };
-    let mut zebra = vec!["/usr/lib/frr/zebra".to_owned()];
-    zebra.extend(common("zebra.conf", "zebra.pid"));
-    let zebra: Vec<&str> = zebra.iter().map(String::as_str).collect();
-    lab.spawn_router(&zebra, "zebra.log");
-    let started = eventually(Duration::from_secs(10), || {
-        std::path::Path::new(&zsock).exists()
-    });
-    assert!(started, "zebra did not start");
-    let mut bgpd = vec!["/usr/lib/frr/bgpd".to_owned()];
-    bgpd.extend(common("bgpd.conf", "bgpd.pid"));
-    bgpd.extend(["-S", "-l", ROUTER_V4].map(str::to_owned));
-    let bgpd: Vec<&str> = bgpd.iter().map(String::as_str).collect();
-    lab.spawn_router(&bgpd, "bgpd.log");
-    d
+    lab.spawn_frr("hostname r1\n", &conf, &["-S", "-l", ROUTER_V4])
 }
 
 /// A `vtysh` command's JSON answer (zebra's or bgpd's), `null` when there is none.

@@ -218,67 +218,17 @@ fn link_local(ns: &str, dev: &str) -> String {
 /// Starts zebra (sending router advertisements on `vb` every 3 s) and bgpd with an unnumbered
 /// eBGP neighbour on `vb`, as MetalLB's FRR mode and most ToR configurations write it.
 fn start_frr(lab: &mut Lab) -> String {
-    // zebra drops root for the `frr` user, so its files live in a directory that user owns.
-    let dir = lab.dir.join("frr");
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.to_string_lossy().into_owned();
-    std::fs::write(
-        dir.join("zebra.conf"),
+    let bgpd = format!(
+        "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id 10.255.0.2\n no bgp ebgp-requires-policy\n\
+         no bgp network import-check\n neighbor vb interface remote-as external\n\
+         address-family ipv4 unicast\n  network {FRR_V4}\n  neighbor vb activate\n exit-address-family\n\
+         address-family ipv6 unicast\n  network {FRR_V6}\n  neighbor vb activate\n exit-address-family\n"
+    );
+    lab.spawn_frr(
         "hostname r1\ninterface vb\n ipv6 nd ra-interval 3\n no ipv6 nd suppress-ra\n",
+        &bgpd,
+        &["-S"],
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("bgpd.conf"),
-        format!(
-            "hostname r1\nrouter bgp {ROUTER_AS}\n bgp router-id 10.255.0.2\n no bgp ebgp-requires-policy\n\
-             no bgp network import-check\n neighbor vb interface remote-as external\n\
-             address-family ipv4 unicast\n  network {FRR_V4}\n  neighbor vb activate\n exit-address-family\n\
-             address-family ipv6 unicast\n  network {FRR_V6}\n  neighbor vb activate\n exit-address-family\n"
-        ),
-    )
-    .unwrap();
-    let chown = std::process::Command::new("chown")
-        .args(["-R", "frr:frr", &d])
-        .status()
-        .unwrap();
-    assert!(chown.success());
-    let zsock = format!("{d}/zserv.api");
-    let common = |conf: &str, pid: &str| -> Vec<String> {
-        [
-            "-f",
-            &format!("{d}/{conf}"),
-            "-i",
-            &format!("{d}/{pid}"),
-            "-z",
-            &zsock,
-            "--vty_socket",
-            &d,
-            "-P",
-            "0",
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
-    let mut zebra = vec!["/usr/lib/frr/zebra".to_owned()];
-    zebra.extend(common("zebra.conf", "zebra.pid"));
-    lab.spawn_router(
-        &zebra.iter().map(String::as_str).collect::<Vec<_>>(),
-        "zebra.log",
-    );
-    assert!(
-        eventually(Duration::from_secs(10), || std::path::Path::new(&zsock)
-            .exists()),
-        "zebra did not start: {}",
-        std::fs::read_to_string(lab.dir.join("zebra.log")).unwrap_or_default()
-    );
-    let mut bgpd = vec!["/usr/lib/frr/bgpd".to_owned()];
-    bgpd.extend(common("bgpd.conf", "bgpd.pid"));
-    bgpd.push("-S".into());
-    lab.spawn_router(
-        &bgpd.iter().map(String::as_str).collect::<Vec<_>>(),
-        "bgpd.log",
-    );
-    d
 }
 
 fn vtysh(lab: &Lab, frr_dir: &str, command: &str) -> String {

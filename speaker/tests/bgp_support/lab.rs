@@ -129,6 +129,57 @@ impl Lab {
         self.children.push(child);
     }
 
+    /// Starts FRR's zebra and bgpd in the router namespace with these configurations (bgpd
+    /// without zebra's kernel routes when `bgpd_args` says `-S`, on the addresses it names with
+    /// `-l`); returns the directory of their vty sockets, for `vtysh --vty_socket`.
+    pub fn spawn_frr(&mut self, zebra_conf: &str, bgpd_conf: &str, bgpd_args: &[&str]) -> String {
+        // zebra drops root for the `frr` user, so its files live in a directory that user owns.
+        let dir = self.dir.join("frr");
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_string_lossy().into_owned();
+        std::fs::write(dir.join("zebra.conf"), zebra_conf).unwrap();
+        std::fs::write(dir.join("bgpd.conf"), bgpd_conf).unwrap();
+        must(&["chown", "-R", "frr:frr", &d]);
+        let zsock = format!("{d}/zserv.api");
+        let daemon = |name: &str, extra: &[&str]| -> Vec<String> {
+            let (conf, pid) = (format!("{d}/{name}.conf"), format!("{d}/{name}.pid"));
+            let mut args = vec![format!("/usr/lib/frr/{name}")];
+            args.extend(
+                [
+                    "-f",
+                    &conf,
+                    "-i",
+                    &pid,
+                    "-z",
+                    &zsock,
+                    "--vty_socket",
+                    &d,
+                    "-P",
+                    "0",
+                ]
+                .map(str::to_owned),
+            );
+            args.extend(extra.iter().map(|a| a.to_string()));
+            args
+        };
+        let zebra = daemon("zebra", &[]);
+        self.spawn_router(
+            &zebra.iter().map(String::as_str).collect::<Vec<_>>(),
+            "zebra.log",
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || Path::new(&zsock).exists()),
+            "zebra did not start: {}",
+            std::fs::read_to_string(self.dir.join("zebra.log")).unwrap_or_default()
+        );
+        let bgpd = daemon("bgpd", bgpd_args);
+        self.spawn_router(
+            &bgpd.iter().map(String::as_str).collect::<Vec<_>>(),
+            "bgpd.log",
+        );
+        d
+    }
+
     /// Kills by pid file (for daemons that fork).
     pub fn kill_pidfile(&self, file: &str) {
         if let Ok(pid) = std::fs::read_to_string(self.path(file)) {

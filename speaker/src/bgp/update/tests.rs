@@ -160,9 +160,7 @@ fn an_ipv6_route_with_only_a_link_local_address_carries_it_alone_in_16_bytes() {
 
 #[test]
 fn many_ipv4_routes_with_an_ipv6_next_hop_pack_into_full_messages() {
-    let prefixes: Vec<IpNet> = (0..2_000u32)
-        .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
-        .collect();
+    let prefixes: Vec<IpNet> = host_routes(2_000);
     let mut out = vec![];
     let n = encode_announcements(
         &mut out,
@@ -174,15 +172,26 @@ fn many_ipv4_routes_with_an_ipv6_next_hop_pack_into_full_messages() {
     .unwrap();
     let msgs = decode_all(&out);
     assert_eq!(msgs.len(), n);
-    let total: u32 = msgs
-        .iter()
+    let total = announced(&msgs);
+    assert_eq!(total, 2_000);
+    assert!(msgs.iter().all(|(_, len)| *len <= 4096));
+}
+
+/// `n` IPv4 host routes from 10.99.0.0 on.
+fn host_routes(n: u32) -> Vec<IpNet> {
+    (0..n)
+        .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
+        .collect()
+}
+
+/// How many prefixes the decoded UPDATEs announce.
+fn announced(msgs: &[(Message, usize)]) -> u32 {
+    msgs.iter()
         .map(|(m, _)| match m {
             Message::Update(s) => s.announced,
             _ => 0,
         })
-        .sum();
-    assert_eq!(total, 2_000);
-    assert!(msgs.iter().all(|(_, len)| *len <= 4096));
+        .sum()
 }
 
 fn decode_all(mut b: &[u8]) -> Vec<(Message, usize)> {
@@ -250,9 +259,7 @@ fn ibgp_updates_carry_an_empty_as_path_and_local_pref() {
 
 #[test]
 fn ten_thousand_host_routes_pack_into_full_messages() {
-    let prefixes: Vec<IpNet> = (0..10_000u32)
-        .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
-        .collect();
+    let prefixes: Vec<IpNet> = host_routes(10_000);
     let mut out = vec![];
     let n = encode_announcements(
         &mut out,
@@ -264,13 +271,7 @@ fn ten_thousand_host_routes_pack_into_full_messages() {
     .unwrap();
     let msgs = decode_all(&out);
     assert_eq!(msgs.len(), n);
-    let total: u32 = msgs
-        .iter()
-        .map(|(m, _)| match m {
-            Message::Update(s) => s.announced,
-            _ => 0,
-        })
-        .sum();
+    let total = announced(&msgs);
     assert_eq!(total, 10_000);
     // (4096 - 19 - 4 - 20) / 5 = 810 prefixes per message.
     assert_eq!(n, 10_000usize.div_ceil(810));
@@ -468,9 +469,7 @@ fn ipv4_nlri_with_path_ids(mut b: &[u8]) -> Vec<(usize, Vec<(u32, IpNet)>)> {
 
 #[test]
 fn ten_thousand_host_routes_with_a_path_id_pack_into_full_messages_of_at_most_4096_bytes() {
-    let prefixes: Vec<IpNet> = (0..10_000u32)
-        .map(|i| IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap())
-        .collect();
+    let prefixes: Vec<IpNet> = host_routes(10_000);
     let mut out = vec![];
     let group = via(Family::IPV4_UNICAST, "10.99.0.3", 7);
     let n =
@@ -489,9 +488,10 @@ fn ten_thousand_host_routes_with_a_path_id_pack_into_full_messages_of_at_most_40
 #[test]
 fn withdrawals_and_ipv6_announcements_with_path_ids_stay_within_4096_bytes() {
     let v4: Vec<Nlri> = (0..1_000u32)
-        .map(|i| Nlri {
+        .zip(host_routes(1_000))
+        .map(|(i, prefix)| Nlri {
             path_id: Some(i % 3 + 1),
-            prefix: IpNet::new(IpAddr::V4(Ipv4Addr::from(0x0a63_0000 + i)), 32).unwrap(),
+            prefix,
         })
         .collect();
     let mut out = vec![];
