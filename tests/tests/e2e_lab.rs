@@ -95,29 +95,7 @@ fn bgp_reachability(router: RouterKind) {
     for ip in web {
         lab.wait_for_route(ip, &[0, 1, 2], CONVERGE)
             .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
-        // The router's kernel can still be rewriting the multipath route as the last paths
-        // arrive, and a connection hashed to another node mid-handshake is reset; ask until
-        // five answers in a row (a path added late rewrites the route once more), then every
-        // request must succeed.
-        lab.wait(CONVERGE, "five answers in a row through the router", || {
-            (0..5)
-                .all(|_| lab.ask_from_remote(ip).is_ok())
-                .then_some(())
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
-        // The remote client has no path to the pool but the router's BGP routes; ECMP spreads
-        // connections, and each answer comes from a node the router routes to.
-        let answers: BTreeSet<String> = (0..10)
-            .map(|n| {
-                lab.ask_from_remote(ip).unwrap_or_else(|e| {
-                    panic!("request {n} to {ip}: {e:?}\n{}", lab.router.show_routes())
-                })
-            })
-            .collect();
-        assert!(
-            answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())),
-            "{answers:?}"
-        );
+        answered_through_the_router(&lab, ip);
     }
     // `kubectl get bgpsessionstates`: one per node, Established and Ready, with the prefixes
     // the router holds from it (web-bgp's two, at least) and the agreed timers.
@@ -159,6 +137,33 @@ fn bgp_reachability(router: RouterKind) {
             "{st:?}"
         );
     }
+}
+
+/// The remote client, which has no path to the pool but the router's BGP routes, is answered
+/// for `ip` by the lab's nodes, every time once the route has settled.
+fn answered_through_the_router(lab: &Lab, ip: IpAddr) {
+    // The router's kernel can still be rewriting the multipath route as the last paths
+    // arrive, and a connection hashed to another node mid-handshake is reset; ask until
+    // five answers in a row (a path added late rewrites the route once more), then every
+    // request must succeed.
+    lab.wait(CONVERGE, "five answers in a row through the router", || {
+        (0..5)
+            .all(|_| lab.ask_from_remote(ip).is_ok())
+            .then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    // ECMP spreads connections, and each answer comes from a node the router routes to.
+    let answers: BTreeSet<String> = (0..10)
+        .map(|n| {
+            lab.ask_from_remote(ip).unwrap_or_else(|e| {
+                panic!("request {n} to {ip}: {e:?}\n{}", lab.router.show_routes())
+            })
+        })
+        .collect();
+    assert!(
+        answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())),
+        "{answers:?}"
+    );
 }
 
 #[test]
@@ -218,23 +223,7 @@ fn one_session_for_all_nodes(router: RouterKind) {
         }
     }
     for ip in all_addresses_of(&services, "web-bgp") {
-        // As in bgp_reachability: five answers in a row once the multipath route settles.
-        lab.wait(CONVERGE, "five answers in a row through the router", || {
-            (0..5)
-                .all(|_| lab.ask_from_remote(ip).is_ok())
-                .then_some(())
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
-        let answers: BTreeSet<String> = (0..10)
-            .map(|n| {
-                lab.ask_from_remote(ip)
-                    .unwrap_or_else(|e| panic!("request {n} to {ip}: {e:?}"))
-            })
-            .collect();
-        assert!(
-            answers.iter().all(|a| NODE_NAMES.contains(&a.as_str())),
-            "{answers:?}"
-        );
+        answered_through_the_router(&lab, ip);
     }
     for ip in all_addresses_of(&services, "local-bgp") {
         let answer = lab
