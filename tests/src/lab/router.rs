@@ -363,6 +363,8 @@ fn bird_config() -> String {
          # After a session error BIRD refuses the peer for `error wait time` (60 s by default);\n\
          # a node plugged back in should be peered again at once.\n\
          router id {rid};\n\
+         log stderr all;\n\
+         timeformat log iso long ms;\n\
          protocol device {{ }}\n\
          protocol kernel k4 {{ ipv4 {{ export all; }}; merge paths on; }}\n\
          protocol kernel k6 {{ ipv6 {{ export all; }}; merge paths on; }}\n\
@@ -371,7 +373,7 @@ fn bird_config() -> String {
          # RFC 8326: a route a leaving node marks GRACEFUL_SHUTDOWN is the least preferred.\n\
          filter node_in {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}\n\
          template bgp node {{\n  local {rid} as {ROUTER_ASN};\n  passive on;\n  \
-         error wait time 1, 5;\n  bfd on;\n  \
+         error wait time 1, 5;\n  bfd on;\n  debug {{ states, events }};\n  \
          ipv4 {{ import filter node_in; export none; add paths rx; }};\n  \
          ipv6 {{ import filter node_in; export none; add paths rx; }};\n}}\n",
         rid = RouterAddrs::SEGMENT_V4,
