@@ -22,6 +22,7 @@ pub(crate) struct Counters {
     pub reopened: AtomicU64,
     pub stale_announcements_skipped: AtomicU64,
     pub stale_requests: AtomicU64,
+    pub stood_still: AtomicU64,
     pub drops: [AtomicU64; DropReason::ALL.len()],
 }
 
@@ -56,6 +57,7 @@ impl Counters {
             reopened: get(&self.reopened),
             stale_announcements_skipped: get(&self.stale_announcements_skipped),
             stale_requests: get(&self.stale_requests),
+            stood_still: get(&self.stood_still),
             drops: DropReason::ALL
                 .iter()
                 .zip(&self.drops)
@@ -100,8 +102,13 @@ pub struct CounterSnapshot {
     /// [`super::schedule::STALE_AFTER`] (the speaker stood still).
     pub stale_announcements_skipped: u64,
     /// Requests not answered because they were older than
-    /// [`super::responder::STALE_REQUEST`] when read (the speaker stood still).
+    /// [`super::responder::STALE_REQUEST`] when read, or came while the responder kept quiet
+    /// after the speaker stood still.
     pub stale_requests: u64,
+    /// Times the responder found the speaker had stood still for over
+    /// [`super::schedule::STOOD_STILL`] and kept quiet for
+    /// [`super::schedule::QUIET_AFTER_STANDING_STILL`].
+    pub stood_still: u64,
     /// Frames dropped by the parser, per reason (reasons with a zero count are left out).
     pub drops: BTreeMap<DropReason, u64>,
 }

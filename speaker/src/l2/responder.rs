@@ -34,6 +34,11 @@
 //!   sends.
 //! - An address handed over ([`Responder::hand_over`]) is never announced again, and is no
 //!   longer answered from the moment another host's announcement of it is read.
+//! - After the speaker stood still ([`schedule::STOOD_STILL`] between two wakes of a reader,
+//!   or a reader not heard for as long when the announcer wakes), nothing is answered and no
+//!   announcement starts for [`schedule::QUIET_AFTER_STANDING_STILL`]: the others may have
+//!   moved its addresses meanwhile, and the shell learns whether they did within that time.
+//!   Announcements started meanwhile go out when the quiet ends.
 //!
 //! # Caveats
 //! - An interface re-created, or back up, is answered again only at the next reconcile: call
@@ -95,6 +100,10 @@ struct Port {
     /// Set when the socket stopped working for good (its interface is gone); the next
     /// reconcile replaces the port.
     failed: Mutex<Option<String>>,
+    /// When its reader last woke (it wakes at least every [`READ_TIMEOUT`]): a reader not
+    /// heard for [`schedule::STOOD_STILL`] stood still with the whole speaker, and has not
+    /// run since it woke.
+    pulse: Mutex<Instant>,
 }
 
 impl Port {
@@ -155,9 +164,60 @@ struct Inner {
     handover: Mutex<Handover>,
     /// Whether `handover` holds anything: the readers look at it only then.
     handing_over: AtomicBool,
+    /// Until when the responder keeps quiet after the speaker stood still
+    /// ([`schedule::QUIET_AFTER_STANDING_STILL`]).
+    quiet_until: Mutex<Option<Instant>>,
 }
 
 impl Inner {
+    /// Keeps quiet (answers nothing, starts no announcement) until `until`; said once per stall.
+    fn keep_quiet(&self, until: Instant, stood_still: Duration) {
+        let mut q = lock(&self.quiet_until);
+        let now = Instant::now();
+        if q.is_none_or(|q| q <= now) {
+            Counters::bump(&self.counters.stood_still);
+            tracing::warn!(stood_still = ?stood_still, quiet = ?schedule::QUIET_AFTER_STANDING_STILL,
+                "this speaker stood still (a frozen process or a paused machine): the others may have moved its layer-2 addresses meanwhile, so it answers and announces none until it has heard from them");
+        }
+        *q = Some(q.map_or(until, |q| q.max(until)));
+    }
+
+    /// Until when the responder keeps quiet, as of `now`; `None` when it does not.
+    fn quiet(&self, now: Instant) -> Option<Instant> {
+        lock(&self.quiet_until).filter(|q| *q > now)
+    }
+
+    /// A reader of `port` woke at `now`, its previous wake at `last`: after a stall the
+    /// responder keeps quiet, and only then is the port's pulse renewed (so that whoever sees
+    /// the pulse renewed also sees the quiet).
+    fn reader_woke(&self, port: &Port, last: &mut Instant, now: Instant) {
+        if let Some(until) = schedule::quiet_after(*last, now) {
+            self.keep_quiet(until, now.saturating_duration_since(*last));
+        }
+        *lock(&port.pulse) = now;
+        *last = now;
+    }
+
+    /// Until when the announcer keeps quiet at `now`: the readers of open ports are its clock.
+    /// One not heard for [`schedule::STOOD_STILL`] stood still with the speaker and has not run
+    /// since the wake, which starts the quiet here.
+    fn announcer_quiet(
+        &self,
+        now: Instant,
+        ports: &BTreeMap<String, Arc<Port>>,
+    ) -> Option<Instant> {
+        for port in ports.values() {
+            if port.closed.load(Ordering::Relaxed) || port.is_failed() {
+                continue;
+            }
+            let pulse = *lock(&port.pulse);
+            if let Some(until) = schedule::quiet_after(pulse, now) {
+                self.keep_quiet(until, now.saturating_duration_since(pulse));
+            }
+        }
+        self.quiet(now)
+    }
+
     /// Whether `ip` is being handed over (see [`Responder::hand_over`]): not announced any
     /// more, and no longer answered once another host has announced it.
     fn in_handover(&self, ip: IpAddr) -> (bool, bool) {
@@ -281,6 +341,7 @@ impl Responder {
             stop: AtomicBool::new(false),
             handover: Mutex::new(Handover::default()),
             handing_over: AtomicBool::new(false),
+            quiet_until: Mutex::new(None),
         });
         let (tx, rx) = mpsc::channel();
         let announcer = {
@@ -713,6 +774,7 @@ fn open_port(info: &InterfaceInfo) -> Result<(Port, Box<dyn DataLinkReceiver>), 
                 socket,
                 closed: AtomicBool::new(false),
                 failed: Mutex::new(None),
+                pulse: Mutex::new(Instant::now()),
             },
             rx,
         )),
@@ -785,8 +847,11 @@ fn raise_priority() {
 fn receive_loop(inner: &Inner, port: &Port, mut rx: Box<dyn DataLinkReceiver>) {
     raise_priority();
     let mut backoff = Duration::from_millis(10);
+    let mut last = Instant::now();
     while !inner.stop.load(Ordering::Relaxed) && !port.closed.load(Ordering::Relaxed) {
-        match rx.next() {
+        let read = rx.next();
+        inner.reader_woke(port, &mut last, Instant::now());
+        match read {
             Ok(frame) => {
                 backoff = Duration::from_millis(10);
                 handle_frame(inner, port, frame);
@@ -884,12 +949,12 @@ fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
         Counters::bump(&c.not_owned);
         return;
     }
-    if let Some(age) =
-        received_at(&port.socket).and_then(|at| SystemTime::now().duration_since(at).ok())
-        && age > STALE_REQUEST
-    {
-        // Asked while this speaker stood still: the asker has retried or given up, and the
-        // others may have moved the address meanwhile.
+    let stale = received_at(&port.socket)
+        .and_then(|at| SystemTime::now().duration_since(at).ok())
+        .is_some_and(|age| age > STALE_REQUEST);
+    if stale || inner.quiet(Instant::now()).is_some() {
+        // Asked while this speaker stood still, or just after it woke: the asker has retried
+        // or given up, and the others may have moved the address meanwhile.
         Counters::bump(&c.stale_requests);
         return;
     }
@@ -935,23 +1000,29 @@ enum Command {
 fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
     let mut state: BTreeMap<(IpAddr, String), Announcing> = BTreeMap::new();
     loop {
+        let quiet = inner.quiet(Instant::now());
         let next = state
             .values()
             .filter_map(|a| schedule::next_at(a.taken_at, a.sent))
-            .min();
+            .min()
+            .map(|t| quiet.map_or(t, |q| t.max(q)));
         let wait = next.map_or(Duration::from_secs(3600), |t| {
             t.saturating_duration_since(Instant::now())
         });
-        match commands.recv_timeout(wait) {
+        let command = commands.recv_timeout(wait);
+        let now = Instant::now();
+        let ports = lock(&inner.ports).clone();
+        let quiet = inner.announcer_quiet(now, &ports);
+        // What starts while quiet starts when the quiet ends.
+        let start = schedule::starts_at(now, quiet);
+        match command {
             Ok(Command::Restart) => {
-                let now = Instant::now();
                 for a in state.values_mut() {
-                    a.taken_at = now;
+                    a.taken_at = start;
                     a.sent = 0;
                 }
             }
             Ok(Command::View(view, port_ids)) => {
-                let now = Instant::now();
                 let pairs: BTreeMap<(IpAddr, String), u64> = view
                     .iter()
                     .filter_map(|(name, ips)| port_ids.get(name).map(|id| (name, ips, *id)))
@@ -961,13 +1032,12 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
                 for (pair, port) in pairs {
                     state.entry(pair).or_insert(Announcing {
                         port,
-                        taken_at: now,
+                        taken_at: start,
                         sent: 0,
                     });
                 }
             }
             Ok(Command::Delta { added, removed }) => {
-                let now = Instant::now();
                 for pair in removed {
                     state.remove(&pair);
                 }
@@ -976,7 +1046,7 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
                         (ip, name),
                         Announcing {
                             port,
-                            taken_at: now,
+                            taken_at: start,
                             sent: 0,
                         },
                     );
@@ -988,8 +1058,9 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
         if inner.stop.load(Ordering::Relaxed) {
             return;
         }
-        let now = Instant::now();
-        let ports = lock(&inner.ports).clone();
+        if quiet.is_some() {
+            continue;
+        }
         for ((ip, name), a) in state.iter_mut() {
             match schedule::step(a.taken_at, a.sent, now) {
                 schedule::Step::Wait => continue,

@@ -71,7 +71,12 @@ pub enum Step {
 }
 
 /// The [`Step`] for an address taken at `taken_at` with `sent` announcements done, at `now`.
+///
+/// A `taken_at` after `now` is a schedule that starts later ([`starts_at`]): nothing is due.
 pub fn step(taken_at: Instant, sent: usize, now: Instant) -> Step {
+    if now < taken_at {
+        return Step::Wait;
+    }
     let due = due(taken_at, now);
     if due <= sent {
         return Step::Wait;
@@ -88,6 +93,32 @@ pub fn step(taken_at: Instant, sent: usize, now: Instant) -> Step {
 /// When the announcement after the first `sent` ones is due, or `None` when the schedule is done.
 pub fn next_at(taken_at: Instant, sent: usize) -> Option<Instant> {
     ANNOUNCE_OFFSETS.get(sent).map(|o| taken_at + *o)
+}
+
+/// A responder thread that wakes at least every few hundred milliseconds (the readers: every
+/// [`READ_TIMEOUT`](super::responder::READ_TIMEOUT)) and finds more than this since its last
+/// wake stood still with the whole speaker (a frozen process, a paused VM). Five read timeouts:
+/// far above what a busy machine delays a real-time thread by, and above the time the others
+/// take to declare a silent node dead, so that what it still believes it owns may be theirs.
+pub const STOOD_STILL: Duration = Duration::from_secs(1);
+
+/// How long a speaker that stood still stays quiet once it wakes: it answers no request and
+/// starts no announcement. Meanwhile its membership hears whether the others declared it dead
+/// (within a probe period of the wake) and what changed in the cluster arrives from its watch
+/// connections; the shell's rejoin settle is as long.
+pub const QUIET_AFTER_STANDING_STILL: Duration = Duration::from_millis(300);
+
+/// Until when a thread whose previous wake was at `last` and whose current one is at `now`
+/// keeps quiet, or `None` when it did not stand still.
+pub fn quiet_after(last: Instant, now: Instant) -> Option<Instant> {
+    (now.saturating_duration_since(last) > STOOD_STILL).then_some(now + QUIET_AFTER_STANDING_STILL)
+}
+
+/// When the schedule of an address taken at `now` starts: at once, or, while the speaker keeps
+/// quiet after standing still, when the quiet ends (an announcement held is sent then, not
+/// skipped as late).
+pub fn starts_at(now: Instant, quiet_until: Option<Instant>) -> Instant {
+    quiet_until.map_or(now, |q| q.max(now))
 }
 
 #[cfg(test)]
@@ -162,5 +193,31 @@ mod tests {
         let sent = 1;
         assert_eq!(due(t, t + Duration::from_millis(2500)) - sent, 3);
         assert_eq!(next_at(t, 4), Some(t + Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn a_thread_that_slept_over_a_second_between_two_wakes_keeps_quiet_for_a_while() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        assert_eq!(quiet_after(t, ms(200)), None);
+        assert_eq!(quiet_after(t, ms(1000)), None);
+        assert_eq!(
+            quiet_after(t, ms(5000)),
+            Some(ms(5000) + QUIET_AFTER_STANDING_STILL)
+        );
+        // A clock read out of order is no stall.
+        assert_eq!(quiet_after(ms(5000), t), None);
+    }
+
+    #[test]
+    fn an_address_taken_while_quiet_is_first_announced_when_the_quiet_ends_not_skipped() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        assert_eq!(starts_at(t, None), t);
+        assert_eq!(starts_at(t, Some(ms(300))), ms(300));
+        assert_eq!(starts_at(ms(400), Some(ms(300))), ms(400));
+        let start = starts_at(t, Some(ms(300)));
+        assert_eq!(step(start, 0, ms(299)), Step::Wait);
+        assert_eq!(step(start, 0, ms(300)), Step::Send { sent: 1 });
     }
 }
