@@ -6,16 +6,27 @@
 //! - [`input`]: the shell that reads files and directories into documents.
 //! - [`cluster`]: the shell that reads MetalLB objects from a cluster, copies password Secrets
 //!   and applies the FerroLB objects.
+//! - [`explain`]: the pure core of `ferrolb explain` and `ferrolb status`: the cluster's
+//!   objects in, explanations out, decided by the controller's allocator and the speakers'
+//!   planner themselves.
+//! - [`snapshot`]: the shell that lists those objects, read-only.
+//! - [`app`]: the flags and each command's wiring, shared by the `ferrolb` and
+//!   `kubectl-ferrolb` binaries.
 //!
 //! ```text
 //!  --from FILE/DIR ─▶ input ─┐                               ┌─▶ YAML (stdout / --output)
 //!                            ├─▶ migrate::convert (pure) ───┼─▶ report (stderr, --report-json)
 //!  --from-cluster ─▶ cluster ┘                               └─▶ cluster::apply (--apply)
+//!
+//!  explain / status ─▶ snapshot::read ─▶ explain (pure) ─▶ text, or JSON with -o json
 //! ```
 
+pub mod app;
 pub mod cluster;
+pub mod explain;
 pub mod input;
 pub mod migrate;
+pub mod snapshot;
 
 /// The field manager of everything `ferrolb migrate --apply` writes.
 pub const FIELD_MANAGER: &str = "ferrolb-migrate";

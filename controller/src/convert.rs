@@ -81,6 +81,18 @@ pub fn pool_from_api(
     }
 }
 
+/// The allocator's view of every pool, sorted by name, each with the cross-object verdict on it
+/// ([`ferrolb_api::validate::check_pools`]).
+pub fn allocator_pools(pools: &[IPAddressPool], default_mode: IpMode) -> Vec<Pool> {
+    let verdicts = ferrolb_api::validate::check_pools(pools);
+    let mut out: Vec<Pool> = pools
+        .iter()
+        .map(|p| pool_from_api(p, verdicts.get(&p.name_any()), default_mode))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
 /// The allocator's view of a Service. Fails when its annotations are contradictory (an error
 /// on the Service, not a guess).
 pub fn request_from_service(

@@ -46,7 +46,8 @@ use tracing::{Instrument, debug, debug_span, info, warn};
 use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
 use crate::configstate::ConfigStateWriter;
 use crate::convert::{
-    ClassFilter, current_ingress, desired_ingress, pool_from_api, request_from_service, service_key,
+    ClassFilter, allocator_pools, current_ingress, desired_ingress, request_from_service,
+    service_key,
 };
 use crate::error::ApiCallError;
 use crate::events::{EventQueue, Pushed};
@@ -1090,16 +1091,6 @@ fn namespace_labels(namespaces: &Store<Namespace>, svc: &Service) -> BTreeMap<St
         .get(&kube::runtime::reflector::ObjectRef::new(&ns))
         .map(|n| n.labels().clone())
         .unwrap_or_default()
-}
-
-fn allocator_pools(pools: &[IPAddressPool], default_mode: IpMode) -> Vec<Pool> {
-    let verdicts = validate::check_pools(pools);
-    let mut out: Vec<Pool> = pools
-        .iter()
-        .map(|p| pool_from_api(p, verdicts.get(&p.name_any()), default_mode))
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
 }
 
 /// Writes `status.loadBalancer.ingress` (the whole list) and the pool annotation in one merge

@@ -51,7 +51,9 @@ pub struct BgpAdvertisementInfo {
 }
 
 impl BgpAdvertisementInfo {
-    fn selects_pool(&self, pool: &PoolInfo) -> bool {
+    /// Whether the advertisement covers `pool` (`ipAddressPools`, `ipAddressPoolSelectors`;
+    /// every pool when both are empty).
+    pub fn selects_pool(&self, pool: &PoolInfo) -> bool {
         (self.pools.is_empty() && self.pool_selectors.is_empty())
             || self.pools.contains(&pool.name)
             || self
