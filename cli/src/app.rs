@@ -43,7 +43,7 @@ Everything comes from the cluster: the Service, its Events and EndpointSlices, t
 advertisements, peers, Nodes, speaker Pods, and the objects speakers write (ServiceL2Status,
 ServiceBGPStatus, BGPSessionState, ConfigurationState). The controller's allocator and the
 speakers' planner are run on them, so each reason is the one FerroLB acts on. A node's speaker
-counts as live when its Pod is Ready.
+counts as live when its Pod is Ready and the node is Ready (gossip may know sooner).
 
 Exit status: 0 when the Service (or node) exists; 1 when it does not, or on an error.
 
@@ -213,6 +213,7 @@ async fn explain_command(args: ExplainArgs) -> anyhow::Result<u8> {
         "service" | "services" | "svc" => {
             let scope = Scope {
                 service: Some((args.namespace.clone(), name.to_owned())),
+                all_endpoints: false,
             };
             let objects = snapshot::read(&client, &settings, &scope).await?;
             let e = explain::explain_service(&objects, &settings, &args.namespace, name);
@@ -220,8 +221,12 @@ async fn explain_command(args: ExplainArgs) -> anyhow::Result<u8> {
             Ok(if e.found { 0 } else { EXIT_ERROR })
         }
         "node" | "nodes" | "no" => {
-            let objects = snapshot::read(&client, &settings, &Scope::default()).await?;
-            let e = explain::explain_node(&objects, name);
+            let scope = Scope {
+                service: None,
+                all_endpoints: true,
+            };
+            let objects = snapshot::read(&client, &settings, &scope).await?;
+            let e = explain::explain_node(&objects, &settings, name);
             print(&args.common.output, &e, text::node);
             Ok(if e.found { 0 } else { EXIT_ERROR })
         }

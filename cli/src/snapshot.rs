@@ -16,6 +16,8 @@ use crate::{Error, Result};
 pub struct Scope {
     /// The Service explained: its Events, EndpointSlices and status objects only.
     pub service: Option<(String, String)>,
+    /// Every EndpointSlice (for what a node announces: `Local` Services need their endpoints).
+    pub all_endpoints: bool,
 }
 
 /// Lists the objects for an explanation in `scope`.
@@ -69,6 +71,9 @@ pub async fn read(client: &Client, settings: &Settings, scope: &Scope) -> Result
         None => {
             o.l2_statuses = list(Api::namespaced(client.clone(), ns), &all).await?;
             o.bgp_statuses = list(Api::namespaced(client.clone(), ns), &all).await?;
+            if scope.all_endpoints {
+                o.slices = list(Api::all(client.clone()), &all).await?;
+            }
         }
     }
     Ok(o)

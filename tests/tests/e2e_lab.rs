@@ -1661,3 +1661,91 @@ fn a_gossip_partition_leaves_one_mac_per_address_within_a_second_and_each_moves_
         assert_eq!(lab.topo.who_answers(*ip).unwrap().len(), 1, "{ip}");
     }
 }
+
+/// `ferrolb explain` (the binary, in the namespace the lab's API server listens in) over what
+/// real speakers and a real router did.
+fn explain(lab: &Lab, args: &[&str]) -> String {
+    let binary = e2e_support::bin_dir().join("ferrolb");
+    let kubeconfig = format!("KUBECONFIG={}", lab.kubeconfig().display());
+    let mut full: Vec<&std::ffi::OsStr> =
+        vec!["env".as_ref(), kubeconfig.as_ref(), binary.as_ref()];
+    full.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    let out = lab
+        .topo
+        .switch
+        .exec(&full)
+        .expect("target/<profile>/ferrolb runs (cargo build -p ferrolb-cli)");
+    assert!(
+        out.status.success(),
+        "ferrolb {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `ferrolb explain` prints for the lab's two Services: the layer-2 owner answering on its
+/// interface and the others standing by; every node announcing the BGP Service to the router,
+/// which holds the route; and `ferrolb status` with nothing to look at.
+#[test]
+fn explain_names_the_layer2_owner_and_the_router_holding_each_nodes_route() {
+    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
+        return;
+    };
+    let services = addresses(&lab);
+    let web = address_of(&services, "web");
+    let web_owner = owner(&lab, web);
+    let text = lab
+        .wait(CONVERGE, "explain naming web's owner", || {
+            let text = explain(&lab, &["explain", "-n", "default", "web"]);
+            text.contains(&format!(
+                "    {web_owner}: announces: layer 2: answers ARP on "
+            ))
+            .then_some(text)
+        })
+        .unwrap_or_else(|e| panic!("{e}: {}", explain(&lab, &["explain", "web"])));
+    eprintln!("{text}");
+    for node in NODE_NAMES.iter().filter(|n| **n != web_owner) {
+        assert!(
+            text.contains(&format!(
+                "    {node}: does not announce: standing by: {web_owner} answers for {web}"
+            )),
+            "{node}: {text}"
+        );
+    }
+    for ip in all_addresses_of(&services, "web-bgp") {
+        lab.wait_for_route(ip, &[0, 1, 2], CONVERGE)
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.router.show_routes()));
+    }
+    let text = lab
+        .wait(CONVERGE, "explain naming the router for every node", || {
+            let text = explain(&lab, &["explain", "service", "web-bgp"]);
+            NODE_NAMES
+                .iter()
+                .all(|n| {
+                    text.contains(&format!(
+                        "    {n}: announces: BGP: announced to lab-router (10.99.0.1:179), session Established\n      the router lab-router (10.99.0.1:179) holds the route"
+                    ))
+                })
+                .then_some(text)
+        })
+        .unwrap_or_else(|e| panic!("{e}: {}", explain(&lab, &["explain", "web-bgp"])));
+    eprintln!("{text}");
+    let status = explain(&lab, &["status"]);
+    eprintln!("{status}");
+    assert!(
+        status.contains("Services without an address: 0"),
+        "{status}"
+    );
+    assert!(
+        status.contains("BGP sessions not Established or BFD not Up: 0"),
+        "{status}"
+    );
+    let node = explain(&lab, &["explain", "node", &web_owner]);
+    eprintln!("{node}");
+    assert!(node.contains("May announce: yes"), "{node}");
+    assert!(
+        node.contains("session lab-router (10.99.0.1:179): Established, BFD Up"),
+        "{node}"
+    );
+    assert!(node.contains("default/web-bgp to lab-router"), "{node}");
+}

@@ -200,14 +200,22 @@ async fn explain_says_which_pool_was_chosen_and_why_each_node_does_or_does_not_a
     assert_eq!(status, 1, "{out}");
     assert!(out.contains("no Service default/nothing-here"), "{out}");
 
-    let node_text = text::node(&explain::explain_node(&env.objects().await, "node-b"));
+    let node_text = text::node(&explain::explain_node(
+        &env.objects().await,
+        &Settings::default(),
+        "node-b",
+    ));
     assert!(
         node_text.contains("May not announce: any advertisement: the node carries the label")
             || node_text.contains("May not announce:"),
         "{node_text}"
     );
     assert!(node_text.contains("Excluded"), "{node_text}");
-    let node_text = text::node(&explain::explain_node(&env.objects().await, "node-e"));
+    let node_text = text::node(&explain::explain_node(
+        &env.objects().await,
+        &Settings::default(),
+        "node-e",
+    ));
     assert!(
         node_text.contains("Not selected by L2Advertisement(s): near"),
         "{node_text}"
@@ -487,7 +495,11 @@ async fn explain_says_which_router_holds_the_route_and_why_a_node_does_not_annou
         ),
         "{status}"
     );
-    let node = text::node(&explain::explain_node(&env.objects().await, "node-b"));
+    let node = text::node(&explain::explain_node(
+        &env.objects().await,
+        &Settings::default(),
+        "node-b",
+    ));
     assert!(node.contains("BGP peers selecting it: tor"), "{node}");
     assert!(node.contains("session tor (10.0.0.1:179): Active; last error: connect to 10.0.0.1:179: connection refused"), "{node}");
     drop(env);

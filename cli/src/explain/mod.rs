@@ -5,9 +5,10 @@
 //! ([`ferrolb_controller::allocator`]) is rebuilt from the Services' current addresses and asked
 //! for the Service in question, and the speakers' planner ([`ferrolb_speaker::planner`]) is run
 //! for every node, so that a reason printed is the reason the binaries act on. What only a
-//! running speaker knows (its gossip view) is taken from Kubernetes: a node's speaker counts as
-//! live when its Pod is Ready. What speakers did (`ServiceL2Status`, `ServiceBGPStatus`,
-//! `BGPSessionState`, `ConfigurationState`) is read from their objects.
+//! running speaker knows (its gossip view) is taken from Kubernetes as the speakers' own
+//! fallback does: a node's speaker counts as live when its Pod is Ready and the node is Ready.
+//! What speakers did (`ServiceL2Status`, `ServiceBGPStatus`, `BGPSessionState`,
+//! `ConfigurationState`) is read from their objects.
 //!
 //! # Layout
 //! - this module: the input ([`Objects`], [`Settings`]) and the reports, as serializable
@@ -34,6 +35,7 @@ use ferrolb_api::v1beta1::{
 };
 use ferrolb_controller::allocator::{Allocator, IpMode, ServiceRequest};
 use ferrolb_controller::convert::{allocator_pools, request_from_service};
+use ferrolb_speaker::membership::seeds;
 use ferrolb_speaker::planner::{self, HoldDown, Snapshot};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -164,13 +166,22 @@ impl Objects {
         )
     }
 
-    /// Nodes whose speaker Pod is Ready: the live speakers as Kubernetes sees them.
+    /// The live speakers as Kubernetes sees them (the speakers' own fallback view when gossip
+    /// cannot run): nodes whose speaker Pod is Ready and whose `Ready` condition is `True`.
     fn live_speakers(&self) -> BTreeSet<String> {
-        self.speaker_pods
+        let pods: Vec<_> = self
+            .speaker_pods
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
-            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-            .collect()
+            .filter_map(seeds::speaker_pod)
+            .collect();
+        let ready: BTreeSet<String> = self
+            .nodes
+            .iter()
+            .map(planner::convert::node_info)
+            .filter(|n| n.ready)
+            .map(|n| n.name)
+            .collect();
+        seeds::kubernetes_live(&pods, &ready)
     }
 
     /// The planner's snapshot of the cluster as `this_node` sees it.
@@ -246,16 +257,6 @@ impl Objects {
             })
             .collect()
     }
-}
-
-/// Whether a Pod's `Ready` condition is `True`.
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use super::words;
-use super::{Objects, Reason};
+use super::{Objects, Reason, Settings};
 
 /// Everything `ferrolb explain node` says about one node.
 #[derive(Debug, Clone, Serialize)]
@@ -38,13 +38,13 @@ pub struct NodeExplanation {
     /// The Services it answers for over layer 2 (`namespace/name`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layer2: Vec<String>,
-    /// The Services it announces over BGP, with their peers.
+    /// The Services it announces over BGP (as its planner decides), with their peers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bgp: Vec<String>,
 }
 
 /// Explains node `name` from `objects`.
-pub fn explain_node(objects: &Objects, name: &str) -> NodeExplanation {
+pub fn explain_node(objects: &Objects, settings: &Settings, name: &str) -> NodeExplanation {
     let node = objects.nodes.iter().find(|n| n.name_any() == name);
     let info = node.map(planner::convert::node_info);
     let live = objects.live_speakers();
@@ -101,20 +101,29 @@ pub fn explain_node(objects: &Objects, name: &str) -> NodeExplanation {
         .filter(|s| s.node == name)
         .map(|s| format!("{}/{}", s.service_namespace, s.service_name))
         .collect();
-    let bgp = objects
-        .bgp_statuses
-        .iter()
-        .filter_map(|s| s.status.as_ref())
-        .filter(|s| s.node == name)
-        .map(|s| {
-            format!(
-                "{}/{} to {}",
-                s.service_namespace,
-                s.service_name,
-                s.peers.join(", ")
-            )
-        })
-        .collect();
+    // What the node's speaker announces, as its planner decides it (a `Cluster` Service's
+    // nodes write no ServiceBGPStatus): only while a ready speaker runs there.
+    let bgp = if live.contains(name) {
+        let plan = planner::bgp::plan_bgp(
+            &objects.snapshot(settings, name),
+            &planner::convert::bgp_advertisements(
+                &objects.bgp_advertisements,
+                &objects.communities,
+            ),
+            &planner::convert::bgp_peer_infos(&objects.peers),
+        );
+        plan.per_service
+            .iter()
+            .map(|(key, peers)| {
+                format!(
+                    "{key} to {}",
+                    peers.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let configuration = objects.speaker_config(name).and_then(|c| {
         let st = c.status.as_ref()?;
         Some(if st.error_summary.is_empty() {

@@ -596,7 +596,17 @@ fn bgp_verdict(
         }
         v.how
             .push(format!("BGP: announced to {at}, session Established"));
-        if reported.contains(peer) {
+        // Where the session says so: a `Local` Service's nodes write which peers carry it
+        // (ServiceBGPStatus); a `Cluster` Service's do not (one object per Service and node),
+        // and its route is among the prefixes of its family the session reports held.
+        let held = if info.local_traffic_policy {
+            reported.contains(peer)
+        } else if ip.is_ipv4() {
+            st.ipv4_prefixes > 0
+        } else {
+            st.ipv6_prefixes > 0
+        };
+        if held {
             v.routers.push(at);
         }
     }

@@ -127,6 +127,7 @@ impl Env {
         let settings = Settings::default();
         let scope = Scope {
             service: Some((namespace.into(), name.into())),
+            all_endpoints: false,
         };
         let objects = snapshot::read(&self.client, &settings, &scope)
             .await
@@ -136,7 +137,11 @@ impl Env {
 
     /// Everything, as `ferrolb status` and `ferrolb explain node` read it.
     pub async fn objects(&self) -> Objects {
-        snapshot::read(&self.client, &Settings::default(), &Scope::default())
+        let scope = Scope {
+            service: None,
+            all_endpoints: true,
+        };
+        snapshot::read(&self.client, &Settings::default(), &scope)
             .await
             .expect("the objects are listed")
     }
