@@ -40,3 +40,108 @@ pub fn chart_crd_dir() -> PathBuf {
         .expect("the api crate lives inside the workspace")
         .join(CHART_CRD_DIR)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// The path of every property under `schema` that has no description (what
+    /// `kubectl explain` would print empty).
+    fn undescribed(path: &str, schema: &Value, out: &mut Vec<String>) {
+        if let Some(props) = schema["properties"].as_object() {
+            for (name, prop) in props {
+                let p = format!("{path}.{name}");
+                if prop["description"].as_str().is_none_or(|d| d.trim().is_empty()) {
+                    out.push(p.clone());
+                }
+                undescribed(&p, prop, out);
+            }
+        }
+        if schema["items"].is_object() {
+            undescribed(&format!("{path}[]"), &schema["items"], out);
+        }
+        if schema["additionalProperties"].is_object() {
+            undescribed(&format!("{path}{{}}"), &schema["additionalProperties"], out);
+        }
+    }
+
+    fn crds() -> Vec<Value> {
+        all_crds()
+            .iter()
+            .map(|c| serde_json::to_value(c).expect("a CRD serializes"))
+            .collect()
+    }
+
+    #[test]
+    fn every_field_of_every_crd_has_a_description_for_kubectl_explain() {
+        let mut missing = Vec::new();
+        for crd in crds() {
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_string();
+            for version in crd["spec"]["versions"].as_array().unwrap() {
+                let mut out = Vec::new();
+                undescribed("", &version["schema"]["openAPIV3Schema"], &mut out);
+                missing.extend(out.into_iter().map(|p| format!("{kind}{p}")));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a description (add a doc comment): {missing:#?}"
+        );
+    }
+
+    #[test]
+    fn a_field_without_a_description_is_found() {
+        let schema = serde_json::json!({"properties": {
+            "spec": {"description": "d", "properties": {
+                "ok": {"description": "x"},
+                "bare": {"type": "string"},
+                "list": {"description": "y", "items": {"properties": {"inner": {}}}},
+            }},
+        }});
+        let mut out = Vec::new();
+        undescribed("", &schema, &mut out);
+        assert_eq!(out, vec![".spec.bare", ".spec.list[].inner"]);
+    }
+
+    /// The columns `kubectl get KIND` prints without `-o wide`, in order.
+    fn columns(kind: &str) -> Vec<String> {
+        let crd = crds()
+            .into_iter()
+            .find(|c| c["spec"]["names"]["kind"] == kind)
+            .unwrap();
+        crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["priority"].as_i64().unwrap_or(0) == 0)
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn kubectl_get_shows_first_whether_each_object_is_in_use_and_what_it_holds() {
+        assert_eq!(
+            columns("IPAddressPool"),
+            [
+                "Ready",
+                "Addresses",
+                "IPv4 Assigned",
+                "IPv4 Available",
+                "IPv6 Assigned",
+                "Age"
+            ]
+        );
+        assert_eq!(
+            columns("ServiceL2Status"),
+            ["Service", "Namespace", "Node", "Addresses", "Interfaces", "Age"]
+        );
+        assert_eq!(
+            columns("BGPSessionState"),
+            ["Node", "Peer", "BGP", "BFD", "Uptime", "IPv4", "IPv6"]
+        );
+        for kind in ["L2Advertisement", "BGPAdvertisement", "BGPPeer"] {
+            assert!(columns(kind).contains(&"Ready".to_string()), "{kind}");
+        }
+    }
+}

@@ -50,15 +50,11 @@ impl IpMode {
     status = "IPAddressPoolStatus",
     shortname = "ipp",
     category = "ferrolb",
+    // What an operator looks for first: is the pool in use, and how full is it.
     printcolumn(
-        name = "Auto Assign",
-        type_ = "boolean",
-        json_path = ".spec.autoAssign"
-    ),
-    printcolumn(
-        name = "Avoid Buggy IPs",
-        type_ = "boolean",
-        json_path = ".spec.avoidBuggyIPs"
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(name = "Addresses", type_ = "string", json_path = ".spec.addresses"),
     printcolumn(
@@ -67,14 +63,32 @@ impl IpMode {
         json_path = ".status.assignedIPv4"
     ),
     printcolumn(
+        name = "IPv4 Available",
+        type_ = "integer",
+        json_path = ".status.availableIPv4"
+    ),
+    printcolumn(
         name = "IPv6 Assigned",
         type_ = "integer",
         json_path = ".status.assignedIPv6"
     ),
     printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+        name = "IPv6 Available",
+        type_ = "integer",
+        json_path = ".status.availableIPv6",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Auto Assign",
+        type_ = "boolean",
+        json_path = ".spec.autoAssign",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Avoid Buggy IPs",
+        type_ = "boolean",
+        json_path = ".spec.avoidBuggyIPs",
+        priority = 1
     ),
     printcolumn(
         name = "Age",

@@ -24,6 +24,11 @@ use serde::{Deserialize, Serialize};
     ),
     printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
     printcolumn(
+        name = "Addresses",
+        type_ = "string",
+        json_path = ".status.addresses"
+    ),
+    printcolumn(
         name = "Interfaces",
         type_ = "string",
         json_path = ".status.interfaces[*].name"
