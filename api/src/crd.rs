@@ -52,7 +52,10 @@ mod tests {
         if let Some(props) = schema["properties"].as_object() {
             for (name, prop) in props {
                 let p = format!("{path}.{name}");
-                if prop["description"].as_str().is_none_or(|d| d.trim().is_empty()) {
+                if prop["description"]
+                    .as_str()
+                    .is_none_or(|d| d.trim().is_empty())
+                {
                     out.push(p.clone());
                 }
                 undescribed(&p, prop, out);
@@ -134,7 +137,14 @@ mod tests {
         );
         assert_eq!(
             columns("ServiceL2Status"),
-            ["Service", "Namespace", "Node", "Addresses", "Interfaces", "Age"]
+            [
+                "Service",
+                "Namespace",
+                "Node",
+                "Addresses",
+                "Interfaces",
+                "Age"
+            ]
         );
         assert_eq!(
             columns("BGPSessionState"),

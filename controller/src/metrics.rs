@@ -124,6 +124,11 @@ impl Metrics {
             "1 while this replica leads",
             self.leader.clone(),
         );
+        registry.register(
+            "service_address_assigned",
+            "1 for each address in a Service's status, by Service and address",
+            self.assigned.clone(),
+        );
     }
 
     /// Counts a failed API call of `operation`.
@@ -134,5 +139,37 @@ impl Metrics {
                 reason: error.metric_label().into(),
             })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(m: &Metrics) -> String {
+        let mut registry = Registry::with_prefix("ferrolb");
+        m.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn the_assigned_addresses_the_not_announced_alert_joins_on_are_exported() {
+        let m = Metrics::default();
+        m.assigned
+            .get_or_create(&AssignedLabels {
+                namespace: "default".into(),
+                service: "web".into(),
+                ip: "10.0.0.1".into(),
+            })
+            .set(1);
+        let text = exposition(&m);
+        assert!(
+            text.contains(
+                r#"ferrolb_service_address_assigned{namespace="default",service="web",ip="10.0.0.1"} 1"#
+            ),
+            "{text}"
+        );
     }
 }

@@ -406,6 +406,16 @@ impl Controller {
             let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
             self.write_config_status(stores, &pool_objs).await;
             self.update_metrics(&pool_objs);
+        } else if !visits.is_empty() {
+            // Addresses taken or given back show in the pools' use at once, not at the next
+            // periodic pass: the metrics (in memory), and the status of each pool whose counts
+            // changed (a write per pool that changed, not per Service).
+            let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
+            self.update_metrics(&pool_objs);
+            if self.leadership.is_leader() {
+                let verdicts = validate::check_pools(&pool_objs);
+                self.write_pool_statuses(&pool_objs, &verdicts).await;
+            }
         }
         report
     }
@@ -859,44 +869,7 @@ impl Controller {
             self.metrics.api_error("configuration_state", &e);
         }
 
-        for pool in pools {
-            let name = pool.name_any();
-            let mut status = IPAddressPoolStatus::default();
-            if let Some(stats) = self.allocator.pool_stats(&name) {
-                status.assigned_ipv4 = clamp(stats.v4.assigned);
-                status.available_ipv4 = clamp(stats.v4.available);
-                status.assigned_ipv6 = clamp(stats.v6.assigned);
-                status.available_ipv6 = clamp(stats.v6.available);
-            }
-            let (ok, reason, message) = match verdicts.get(&name) {
-                Some(PoolVerdict::NotReady(e)) => (false, e.reason(), e.to_string()),
-                _ => (true, "Valid", "the pool is in use".to_string()),
-            };
-            let old = pool.status.clone().unwrap_or_default();
-            status.conditions = vec![ready_condition(
-                &old.conditions,
-                pool.metadata.generation,
-                ok,
-                reason,
-                &message,
-            )];
-            if old != status {
-                let api: Api<IPAddressPool> =
-                    Api::namespaced(self.client.clone(), &self.settings.namespace);
-                if let Err(e) = api
-                    .patch_status(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": status})),
-                    )
-                    .await
-                {
-                    warn!(pool = %name, error = %e, "writing pool status failed");
-                    self.metrics
-                        .api_error("pool_status", &ApiCallError::from(e));
-                }
-            }
-        }
+        self.write_pool_statuses(pools, &verdicts).await;
         for (adv, errors) in &l2 {
             self.write_ready::<L2Advertisement>(adv, errors).await;
         }
@@ -955,6 +928,52 @@ impl Controller {
             warn!(object = %name, error = %e, "writing condition failed");
             self.metrics
                 .api_error("config_status", &ApiCallError::from(e));
+        }
+    }
+
+    /// Writes each pool's status (use and Ready) where it differs from what the pool shows.
+    async fn write_pool_statuses(
+        &self,
+        pools: &[IPAddressPool],
+        verdicts: &BTreeMap<String, PoolVerdict>,
+    ) {
+        for pool in pools {
+            let name = pool.name_any();
+            let mut status = IPAddressPoolStatus::default();
+            if let Some(stats) = self.allocator.pool_stats(&name) {
+                status.assigned_ipv4 = clamp(stats.v4.assigned);
+                status.available_ipv4 = clamp(stats.v4.available);
+                status.assigned_ipv6 = clamp(stats.v6.assigned);
+                status.available_ipv6 = clamp(stats.v6.available);
+            }
+            let (ok, reason, message) = match verdicts.get(&name) {
+                Some(PoolVerdict::NotReady(e)) => (false, e.reason(), e.to_string()),
+                _ => (true, "Valid", "the pool is in use".to_string()),
+            };
+            let old = pool.status.clone().unwrap_or_default();
+            status.conditions = vec![ready_condition(
+                &old.conditions,
+                pool.metadata.generation,
+                ok,
+                reason,
+                &message,
+            )];
+            if old != status {
+                let api: Api<IPAddressPool> =
+                    Api::namespaced(self.client.clone(), &self.settings.namespace);
+                if let Err(e) = api
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await
+                {
+                    warn!(pool = %name, error = %e, "writing pool status failed");
+                    self.metrics
+                        .api_error("pool_status", &ApiCallError::from(e));
+                }
+            }
         }
     }
 

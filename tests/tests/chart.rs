@@ -18,6 +18,10 @@ mod alert_rules;
 mod clap_flags;
 #[path = "chart/crd_schema.rs"]
 mod crd_schema;
+#[path = "chart/dashboard.rs"]
+mod dashboard;
+#[path = "dashboard_support/mod.rs"]
+mod dashboard_support;
 #[path = "chart/lookup_server.rs"]
 mod lookup_server;
 #[path = "chart/monitoring.rs"]
@@ -190,6 +194,7 @@ const SPEAKER_FLAGS: &[&str] = &[
 /// The values variants the chart documents, one file each in `charts/ferrolb/ci/`.
 const VARIANTS: &[&str] = &[
     "bgp-only",
+    "dashboard",
     "l2-only",
     "monitoring",
     "proxy-mode",

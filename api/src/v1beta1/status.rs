@@ -23,11 +23,7 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.serviceNamespace"
     ),
     printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
-    printcolumn(
-        name = "Addresses",
-        type_ = "string",
-        json_path = ".status.addresses"
-    ),
+    printcolumn(name = "Addresses", type_ = "string", json_path = ".status.addresses"),
     printcolumn(
         name = "Interfaces",
         type_ = "string",

@@ -18,6 +18,7 @@
 //! and parallel labs (tests) do not collide.
 
 pub mod manifests;
+pub mod prometheus;
 pub mod report;
 pub mod router;
 pub mod soak;

@@ -77,6 +77,17 @@ fn input_series() -> Value {
             r#"job="speakers",instance="n2",node="n2",peer="router""#,
             "1x15"
         ),
+        // n1's speaker does not answer its scrape; n2's does.
+        series(
+            "up",
+            r#"job="ferrolb-speaker-metrics",instance="n1",node="n1""#,
+            "0x15"
+        ),
+        series(
+            "up",
+            r#"job="ferrolb-speaker-metrics",instance="n2",node="n2""#,
+            "1x15"
+        ),
         // web's address is announced by nobody, api's by n2.
         series(
             "ferrolb_service_address_assigned",
@@ -110,6 +121,10 @@ fn expected(alert: &str, threshold: Option<u32>) -> Value {
         ("FerroLBAddressNotAnnounced", None) => json!([{
             "labels": r#"{ip="10.99.0.1", namespace="default", service="web"}"#,
             "value": 1
+        }]),
+        ("FerroLBSpeakerDown", None) => json!([{
+            "labels": r#"up{instance="n1", job="ferrolb-speaker-metrics", node="n1"}"#,
+            "value": 0
         }]),
         other => panic!("no expectation for alert {other:?}"),
     }

@@ -7,7 +7,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVar, PodSpec, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -85,6 +87,8 @@ pub(crate) struct Objects {
     pub(crate) service_accounts: Vec<ServiceAccount>,
     pub(crate) services: Vec<Service>,
     pub(crate) secrets: Vec<Secret>,
+    /// The Grafana dashboard's ConfigMap, when enabled.
+    pub(crate) config_maps: Vec<ConfigMap>,
     pub(crate) cluster_roles: Vec<ClusterRole>,
     pub(crate) cluster_role_bindings: Vec<ClusterRoleBinding>,
     pub(crate) roles: Vec<Role>,
@@ -172,6 +176,7 @@ pub(crate) fn parse_objects(yaml: &str) -> Objects {
             ("v1", "ServiceAccount") => objects.service_accounts.push(typed(&value, &what)),
             ("v1", "Service") => objects.services.push(typed(&value, &what)),
             ("v1", "Secret") => objects.secrets.push(typed(&value, &what)),
+            ("v1", "ConfigMap") => objects.config_maps.push(typed(&value, &what)),
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
                 objects.cluster_roles.push(typed(&value, &what));
             }
