@@ -7,10 +7,9 @@
 
 mod e2e_support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ferrolb_tests::lab::prometheus::Prometheus;
+use ferrolb_tests::lab::prometheus::{Prometheus, RulesError, chart_rules};
 use ferrolb_tests::lab::{INSTALL_NS, Lab, RouterKind, manifests};
 use serde_json::{Value, json};
 
@@ -21,36 +20,14 @@ const FOR: Duration = Duration::from_secs(5);
 /// How long to wait for anything.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// The chart's PrometheusRule `spec`, rendered by Helm with every `for:` at [`FOR`]; `None`
-/// (after saying why) when Helm's Python package is missing.
+/// The chart's rules with every `for:` at [`FOR`]; `None` (after saying why) when Helm's Python
+/// package is missing.
 fn rules() -> Option<Value> {
-    let for_ = format!("{}s", FOR.as_secs());
-    let values = json!({"enabled": true, "addressPoolUsageFor": for_, "bgpSessionDownFor": for_,
-                        "addressNotAnnouncedFor": for_, "speakerDownFor": for_,
-                        "addressPoolUsage": {"info": 75, "warning": 85, "critical": 95}});
-    let out = Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../charts/tests/render.py"
-        ))
-        .args(["--namespace", INSTALL_NS])
-        .arg("--set-json")
-        .arg(format!("metrics.prometheusRule={values}"))
-        .output()
-        .expect("python3 runs");
-    match out.status.code() {
-        Some(0) => {}
-        Some(3) => {
-            return ferrolb_tests::skip::skip(String::from_utf8_lossy(&out.stderr).trim());
-        }
-        _ => panic!("helm: {}", String::from_utf8_lossy(&out.stderr)),
+    match chart_rules(&format!("{}s", FOR.as_secs())) {
+        Ok(rules) => Some(rules),
+        Err(RulesError::NoHelm(why)) => ferrolb_tests::skip::skip(why),
+        Err(RulesError::Refused(why)) => panic!("helm: {why}"),
     }
-    let yaml = String::from_utf8(out.stdout).unwrap();
-    let rule = serde_norway::Deserializer::from_str(&yaml)
-        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
-        .find(|d: &Value| d["kind"] == "PrometheusRule")
-        .expect("the chart renders a PrometheusRule");
-    Some(rule["spec"].clone())
 }
 
 /// Waits until alert `name` (with `labels` among its labels) is firing; returns how long that

@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use ferrolb_tests::backend::BackendKind;
 use ferrolb_tests::lab::report::{self, Failover, Fault};
-use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind, standin};
+use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind, prometheus, standin};
 use ferrolb_tests::netns::{self, topology};
 
 /// The fixed prefix of the lab's namespaces, so `--down` and a rerun find a crashed lab's.
@@ -64,6 +64,11 @@ struct Args {
     /// scripts/metallb, always on the real kube-apiserver) to compare.
     #[arg(long, default_value = "ferrolb")]
     system: SystemArg,
+    /// Also run Debian's Prometheus (`/usr/bin/prometheus`) in the switch namespace, scraping
+    /// the controller and every speaker every second with the chart's alert rules (rendered by
+    /// Helm, each `for:` at 5 s); the report then lists the alerts active.
+    #[arg(long)]
+    prometheus: bool,
     /// The subcommand (internal).
     #[command(subcommand)]
     command: Option<Cmd>,
@@ -176,7 +181,26 @@ fn lab_main() -> anyhow::Result<()> {
     );
     let mut lab = Lab::start(config)?;
     std::fs::write(dir.join("lab.pid"), std::process::id().to_string()).ok();
+    let prometheus = if args.prometheus {
+        let rules = match prometheus::chart_rules("5s") {
+            Ok(rules) => rules,
+            Err(prometheus::RulesError::NoHelm(why) | prometheus::RulesError::Refused(why)) => {
+                bail!("the chart's alert rules: {why}")
+            }
+        };
+        Some(prometheus::Prometheus::start(
+            &lab,
+            Duration::from_secs(1),
+            &rules,
+            &lab.dir().join("prometheus"),
+        )?)
+    } else {
+        None
+    };
     let result = run(&mut lab, &args, started);
+    if let (Some(p), Ok(())) = (&prometheus, &result) {
+        print_alerts(p);
+    }
     if let Err(e) = &result {
         eprintln!("ferrolb-lab: {e:#}");
         eprintln!("logs are in {}", lab.dir().display());
@@ -187,6 +211,12 @@ fn lab_main() -> anyhow::Result<()> {
     if args.keep {
         lab.keep_dir();
         print_hints(&lab);
+        if prometheus.is_some() {
+            println!(
+                "Prometheus (its rules are the chart's): ip netns exec {} curl -s 127.0.0.1:9090/api/v1/alerts",
+                lab.topo.switch.name()
+            );
+        }
         while !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -275,6 +305,27 @@ fn spread(fault: Fault, seen: &[Failover]) -> String {
         l2 = stats(l2),
         bgp = stats(bgp)
     )
+}
+
+/// The alerts Prometheus holds active now, once the report and failovers are done (the
+/// failovers' own faults may still be pending or firing).
+fn print_alerts(p: &prometheus::Prometheus) {
+    match p.alerts() {
+        None => println!("\nPrometheus did not answer"),
+        Some(alerts) if alerts.is_empty() => println!("\nPrometheus: no alert active"),
+        Some(alerts) => {
+            println!("\nPrometheus: alerts active");
+            for a in alerts {
+                let labels: Vec<String> = a
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| *k != "alertname")
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect();
+                println!("  {} ({}): {}", a.name, a.state, labels.join(" "));
+            }
+        }
+    }
 }
 
 fn print_hints(lab: &Lab) {

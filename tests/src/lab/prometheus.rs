@@ -25,6 +25,46 @@ pub const SPEAKER_JOB: &str = "ferrolb-speaker-metrics";
 /// The Prometheus binary Debian's `prometheus` package installs.
 pub const BINARY: &str = "/usr/bin/prometheus";
 
+/// Why the chart's rules could not be rendered.
+#[derive(Debug)]
+pub enum RulesError {
+    /// Helm's Python package (helm-python-sdk) is not installed.
+    NoHelm(String),
+    /// Helm refused the chart, or rendered no PrometheusRule.
+    Refused(String),
+}
+
+/// The chart's PrometheusRule `spec` (its rule groups, as a Prometheus rules file holds them),
+/// rendered by real Helm (`charts/tests/render.py`) with every alert's `for:` set to `for_`
+/// (such as `5s`; the chart's defaults are minutes).
+pub fn chart_rules(for_: &str) -> std::result::Result<Value, RulesError> {
+    let values = json!({"enabled": true, "addressPoolUsageFor": for_, "bgpSessionDownFor": for_,
+                        "addressNotAnnouncedFor": for_, "speakerDownFor": for_,
+                        "addressPoolUsage": {"info": 75, "warning": 85, "critical": 95}});
+    let out = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../charts/tests/render.py"
+        ))
+        .args(["--namespace", super::INSTALL_NS])
+        .arg("--set-json")
+        .arg(format!("metrics.prometheusRule={values}"))
+        .output()
+        .map_err(|e| RulesError::NoHelm(format!("python3 does not run: {e}")))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    match out.status.code() {
+        Some(0) => {}
+        Some(3) => return Err(RulesError::NoHelm(stderr)),
+        _ => return Err(RulesError::Refused(stderr)),
+    }
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    serde_norway::Deserializer::from_str(&yaml)
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .find(|d: &Value| d["kind"] == "PrometheusRule")
+        .map(|rule| rule["spec"].clone())
+        .ok_or_else(|| RulesError::Refused("the chart rendered no PrometheusRule".into()))
+}
+
 /// A running Prometheus; stopped when dropped.
 pub struct Prometheus {
     process: Process,
