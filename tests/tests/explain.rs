@@ -504,3 +504,173 @@ async fn explain_says_which_router_holds_the_route_and_why_a_node_does_not_annou
     assert!(node.contains("session tor (10.0.0.1:179): Active; last error: connect to 10.0.0.1:179: connection refused"), "{node}");
     drop(env);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_why_an_address_is_announced_by_nobody_and_why_pools_were_passed_over() {
+    let env = Env::start().await;
+    let c = &env.client;
+    pool(c, "manual", &["10.99.50.0/28"], json!({"priority": 1})).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ferrolb.io", "v1beta1", "IPAddressPool"),
+        "ipaddresspools",
+    );
+    Api::<DynamicObject>::namespaced_with(c.clone(), NS, &ar)
+        .patch(
+            "manual",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"autoAssign": false}})),
+        )
+        .await
+        .unwrap();
+    pool(c, "older", &["10.99.51.0/28"], json!({})).await;
+    // Overlaps `older`, which came first (or in the same second, and sorts first): not ready.
+    pool(c, "zz-overlap", &["10.99.51.0/29"], json!({"priority": 2})).await;
+    pool(c, "bare", &["10.99.52.0/28"], json!({})).await;
+    pool(c, "picky", &["10.99.53.0/28"], json!({})).await;
+    pool(c, "quiet", &["10.99.54.0/28"], json!({})).await;
+    for (name, pool_name, selectors) in [
+        (
+            "picky",
+            "picky",
+            json!([{"matchLabels": {"app": "chosen"}}]),
+        ),
+        ("quiet", "quiet", json!([])),
+    ] {
+        create(
+            c,
+            "ferrolb.io/v1beta1",
+            "L2Advertisement",
+            json!({"metadata": {"name": name, "namespace": NS},
+                   "spec": {"ipAddressPools": [pool_name], "serviceSelectors": selectors}}),
+        )
+        .await;
+    }
+    create(
+        c,
+        "ferrolb.io/v1beta1",
+        "BGPAdvertisement",
+        json!({"metadata": {"name": "quiet", "namespace": NS},
+               "spec": {"ipAddressPools": ["quiet"]}}),
+    )
+    .await;
+    create(
+        c,
+        "ferrolb.io/v1beta1",
+        "BGPPeer",
+        json!({"metadata": {"name": "tor", "namespace": NS},
+               "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "10.0.0.1"}}),
+    )
+    .await;
+    for n in ["node-a", "node-b"] {
+        node(c, n, json!({}), false).await;
+        speaker_pod(c, n).await;
+    }
+    // The controller has seen every pool (the overlap refused) before any Service asks.
+    let pools: Api<ferrolb_api::v1beta1::IPAddressPool> = Api::namespaced(c.clone(), NS);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let list = pools.list(&Default::default()).await.unwrap();
+        let ready = |name: &str| {
+            list.items
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name))
+                .and_then(|p| p.status.as_ref())
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone())
+        };
+        if ready("zz-overlap").as_deref() == Some("False")
+            && ["manual", "older", "bare", "picky", "quiet"]
+                .iter()
+                .all(|p| ready(p).as_deref() == Some("True"))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pools' Ready conditions"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    service(c, "default", "auto", json!({})).await;
+    service(
+        c,
+        "default",
+        "ignored",
+        json!({"annotations": {"ferrolb.io/address-pool": "picky"}}),
+    )
+    .await;
+    service(
+        c,
+        "default",
+        "empty",
+        json!({"annotations": {"ferrolb.io/address-pool": "quiet"}}),
+    )
+    .await;
+    service(
+        c,
+        "default",
+        "served",
+        json!({"annotations": {"ferrolb.io/address-pool": "quiet"}}),
+    )
+    .await;
+    endpoints(c, "default", "served", &["node-a"]).await;
+
+    let has_address = |e: &ferrolb_cli::explain::service::ServiceExplanation| {
+        (!e.addresses.is_empty()).then(|| e.clone())
+    };
+    let auto = explained(&env, "default", "auto", "an address", has_address).await;
+    eprintln!("{}", text::service(&auto));
+    let pool = auto.pool.as_ref().unwrap();
+    assert_eq!(pool.name, "bare");
+    let passed: Vec<(&str, &str)> = pool
+        .passed_over
+        .iter()
+        .map(|p| (p.pool.as_str(), p.reason.code.as_str()))
+        .collect();
+    assert_eq!(
+        passed,
+        [("manual", "AutoAssignOff"), ("zz-overlap", "PoolNotReady")]
+    );
+    assert!(
+        reason_of(&auto, "node-a").starts_with(
+            "NoMatchingAdvertisement: no L2Advertisement or BGPAdvertisement covers pool `bare`"
+        ),
+        "{}",
+        reason_of(&auto, "node-a")
+    );
+
+    let ignored = explained(&env, "default", "ignored", "an address", has_address).await;
+    eprintln!("{}", text::service(&ignored));
+    let why = ignored.addresses[0].layer2.as_ref().unwrap();
+    assert_eq!(why.code, "NoServiceSelected", "{}", why.message);
+    assert!(
+        why.message
+            .contains("L2Advertisements of pool `picky` select no Service")
+    );
+
+    let empty = explained(&env, "default", "empty", "an address", has_address).await;
+    eprintln!("{}", text::service(&empty));
+    assert_eq!(
+        empty.addresses[0].layer2.as_ref().unwrap().code,
+        "NoReadyEndpoints"
+    );
+    assert!(
+        reason_of(&empty, "node-b")
+            .contains("NoReadyEndpoints: BGP: the Service has no ready endpoint on any node"),
+        "{}",
+        reason_of(&empty, "node-b")
+    );
+
+    let served = explained(&env, "default", "served", "an address", has_address).await;
+    eprintln!("{}", text::service(&served));
+    for n in ["node-a", "node-b"] {
+        assert!(
+            reason_of(&served, n).contains(
+                "NoSession: BGP: no BGPSessionState for peer tor on this node: its speaker has not reported the session"
+            ),
+            "{n}: {}",
+            reason_of(&served, n)
+        );
+    }
+    drop(env);
+}
