@@ -251,6 +251,22 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut gossip_states: Option<watch::Receiver<BTreeMap<String, Vec<u8>>>> = None;
     let mut gossip_rejoined: Option<watch::Receiver<u64>> = None;
     let mut last_host_read: Option<Instant> = None;
+    // The host's interfaces are read again when the kernel says they changed (and every
+    // SAFETY_INTERVAL); without the notifications, every REFRESH_INTERVAL as before.
+    let mut host_changes = if args.enable_l2 {
+        match ferrolb_speaker::l2::hostwatch::HostWatch::start() {
+            Ok(w) => Some(w.changes()),
+            Err(e) => {
+                warn!(error = %e, every = ?ferrolb_speaker::l2::REFRESH_INTERVAL, "no netlink notifications of interface changes: the interfaces are read again periodically");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut host_seen = 0u64;
+    // A read put off by MIN_SPACING: when it is due.
+    let mut host_due: Option<Instant> = None;
     let mut published_unable = BTreeSet::new();
     let mut last_trim = Instant::now();
     let mut fallback_live = BTreeSet::from([args.node_name.clone()]);
@@ -439,9 +455,23 @@ async fn speaker_main() -> anyhow::Result<()> {
                         &arbitrated
                     }
                 };
+                let (changes, every) = match &host_changes {
+                    Some(rx) => (
+                        *rx.borrow(),
+                        ferrolb_speaker::l2::hostwatch::SAFETY_INTERVAL,
+                    ),
+                    None => (host_seen, ferrolb_speaker::l2::REFRESH_INTERVAL),
+                };
                 let host = match last_host_read {
-                    Some(t) if t.elapsed() < ferrolb_speaker::l2::REFRESH_INTERVAL => None,
+                    Some(t) if changes == host_seen && t.elapsed() < every => None,
+                    Some(t) if t.elapsed() < ferrolb_speaker::l2::hostwatch::MIN_SPACING => {
+                        host_due = Some(t + ferrolb_speaker::l2::hostwatch::MIN_SPACING);
+                        None
+                    }
                     _ => {
+                        // The count is taken before the read: a change during it reads again.
+                        host_due = None;
+                        host_seen = changes;
                         last_host_read = Some(Instant::now());
                         Some(ferrolb_speaker::l2::iface::system_interfaces())
                     }
@@ -529,6 +559,13 @@ async fn speaker_main() -> anyhow::Result<()> {
             // A layer-2 handover ending (this node excluded) or a preference hold-down ending is
             // the next deadline, when sooner.
             let refresh = tokio::time::Instant::now() + ferrolb_speaker::l2::REFRESH_INTERVAL;
+            let host_changed = async {
+                match host_changes.as_mut() {
+                    Some(rx) => rx.changed().await.is_err(),
+                    None => std::future::pending().await,
+                }
+            };
+            let mut host_watch_ended = false;
             let joining = (!joined && gossip.is_some()).then(|| gossip_started + JOIN_WAIT);
             let wake = speaker
                 .next_deadline()
@@ -536,6 +573,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                 .chain(joining)
                 .chain(reannounce_at)
                 .chain(arbiter_next)
+                .chain(host_due)
                 .map(tokio::time::Instant::from_std)
                 .fold(refresh, tokio::time::Instant::min);
             tokio::select! {
@@ -546,7 +584,11 @@ async fn speaker_main() -> anyhow::Result<()> {
                 },
                 states = gossip_changed => states_changed |= states,
                 _ = lease_changed => {}
+                ended = host_changed => host_watch_ended = ended,
                 _ = tokio::time::sleep_until(wake) => {}
+            }
+            if host_watch_ended {
+                host_changes = None;
             }
         }
     };

@@ -366,3 +366,36 @@ fn an_address_handed_over_is_answered_until_the_new_owner_announces_it_and_then_
     assert!(old.taken_over().is_empty());
     answered_by(&lab, V4, &old_mac);
 }
+
+#[test]
+fn the_kernel_tells_of_an_interface_or_address_change_at_once_and_of_nothing_while_nothing_changes()
+{
+    let Some(lab) = Lab::new(1) else { return };
+    let changes = lab.in_node(0, || {
+        ferrolb_speaker::l2::hostwatch::HostWatch::start()
+            .expect("a netlink socket in the node's namespace")
+            .changes()
+    });
+    let count = || *changes.borrow();
+    let quiet = count();
+    let ns = lab.node(0);
+    let at = Instant::now();
+    ip_cmd(&["-n", ns, "addr", "add", "10.99.8.1/32", "dev", "eth0"]);
+    eventually("an address added is told", Duration::from_secs(2), || {
+        count() > quiet
+    });
+    eprintln!("address added: told after {:?}", at.elapsed());
+    let after_add = count();
+    ip_cmd(&["-n", ns, "link", "set", "eth0", "down"]);
+    eventually("a link going down is told", Duration::from_secs(2), || {
+        count() > after_add
+    });
+    ip_cmd(&["-n", ns, "link", "set", "eth0", "up"]);
+    // Nothing more is said once nothing changes: the absence of a message can only be
+    // watched for a while (after IPv6 duplicate address detection on the link coming up, which
+    // itself changes the link-local address, is over).
+    std::thread::sleep(Duration::from_secs(3));
+    let settled = count();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(count(), settled, "told of changes while nothing changed");
+}

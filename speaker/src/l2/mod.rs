@@ -10,6 +10,8 @@
 //! - [`iface`]: which interfaces answer for an address, or why none can ([`iface::diagnose`]).
 //!   Pure, plus one reader of the host.
 //! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
+//! - [`hostwatch`]: the kernel's notifications of interface and address changes, so the host
+//!   is read again when it changed ([`hostwatch::reports_change`] is pure).
 //!
 //! # Wiring
 //! ```text
@@ -18,13 +20,15 @@
 //!                                                   │                each change)
 //!                                                   └─► Err(InterfaceProblem) ─► log, Event,
 //!                                                        metric (label()); the address must move
-//! every REFRESH_INTERVAL: Responder::refresh(host interfaces) ─► Responder::interface_errors()
+//! on a hostwatch notification (or every hostwatch::SAFETY_INTERVAL; every REFRESH_INTERVAL
+//! without notifications): Responder::refresh(host interfaces) ─► Responder::interface_errors()
 //! ```
 //! Live speakers come from [`crate::membership`]; the election inside the planner uses them.
 pub mod arrivals;
 pub mod election;
 pub mod filter;
 pub mod frame;
+pub mod hostwatch;
 pub mod iface;
 pub mod responder;
 pub mod schedule;

@@ -42,7 +42,8 @@
 //!
 //! # Caveats
 //! - An interface re-created, or back up, is answered again only at the next reconcile: call
-//!   [`Responder::refresh`] every [`REFRESH_INTERVAL`].
+//!   [`Responder::refresh`] when the host's interfaces change ([`super::hostwatch`]), or every
+//!   [`REFRESH_INTERVAL`] without its notifications.
 //! - Interfaces are looked up, and threads started, in the calling thread's network namespace.
 //! - Ports of interfaces no longer named stay open (they answer nothing) until their interface
 //!   changes.
@@ -71,8 +72,9 @@ use std::time::{Duration, Instant, SystemTime};
 /// How often a blocked read wakes up to notice shutdown or its port's closing.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// How often the shell should call [`Responder::refresh`]: the longest an interface re-created,
-/// or brought back up, stays unanswered.
+/// How often the shell should call [`Responder::refresh`] when it has no notifications of
+/// interface changes ([`super::hostwatch`]): the longest an interface re-created, or brought
+/// back up, then stays unanswered.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Longest pause of a reader after repeated read errors.
