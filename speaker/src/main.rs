@@ -21,21 +21,24 @@
 //! `--bgp-drain-time`, then everything is withdrawn.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
 use ferrolb_speaker::cluster::{Cluster, Scope, Update};
+use ferrolb_speaker::membership::liveness::REJOIN_SETTLE;
 use ferrolb_speaker::membership::partition::{Arbiter, Standing, Written};
 use ferrolb_speaker::membership::view_lease::ViewLease;
-use ferrolb_speaker::membership::{Gossip, GossipKey, KeyRing, MembershipConfig};
+use ferrolb_speaker::membership::{
+    Gossip, GossipKey, KeyRing, Liveness, MemberState, MembershipConfig,
+};
 use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
 use ferrolb_speaker::shell::snapshot::secret_bytes;
 use ferrolb_speaker::shell::status::{ConfigStateWriter, StatusQueue, StatusWriter};
-use ferrolb_speaker::shell::{MemberState, Settings, Speaker};
+use ferrolb_speaker::shell::{Settings, Speaker};
 use ferrolb_telemetry::events::{self, EventQueue};
 use ferrolb_telemetry::{LogFormat, Readiness};
 use futures::StreamExt;
@@ -47,15 +50,6 @@ use tracing::{debug, info, warn};
 
 /// Services changed since the last trim of free memory that make the next one worthwhile.
 const TRIM_AFTER_CHANGES: usize = 1000;
-
-/// How long a speaker that has met no other waits before it answers as the only one.
-const JOIN_WAIT: Duration = Duration::from_secs(3);
-/// How long after rejoining (the others had declared this node dead: it stood still, or was
-/// cut off) its layer-2 addresses are announced again. What happened meanwhile (its Node
-/// excluded, a Service deleted) waits in its watch connections and arrives within
-/// milliseconds of the wake; announcing before that would claim what it may no longer hold.
-/// Meanwhile the stand-in owners keep answering until the announcement (their handover).
-const REJOIN_SETTLE: Duration = Duration::from_millis(300);
 
 /// Command-line flags; each can also come from the environment variable shown.
 #[derive(Parser, Debug)]
@@ -269,10 +263,10 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut host_due: Option<Instant> = None;
     let mut published_unable = BTreeSet::new();
     let mut last_trim = Instant::now();
-    let mut fallback_live = BTreeSet::from([args.node_name.clone()]);
-    // A gossip partition's tie is broken on the API server (membership::partition): the
-    // speakers Kubernetes counts as up, the view Lease, and where this speaker stands.
-    let mut known = BTreeSet::from([args.node_name.clone()]);
+    // Who is live for layer 2: joining, leaving members, the rejoin settle (membership::liveness).
+    let mut liveness = Liveness::new(&args.node_name);
+    // A gossip partition's tie is broken on the API server (membership::partition): the view
+    // Lease, and where this speaker stands.
     let mut arbiter = Arbiter::new(args.node_name.clone());
     let mut view_lease: Option<ViewLease> = None;
     let mut written_seen = 0u64;
@@ -282,18 +276,6 @@ async fn speaker_main() -> anyhow::Result<()> {
     let mut changed_since_trim = 0usize;
     let mut states_changed = true;
     let mut secrets_seen = 0u64;
-    let mut unable_elsewhere: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
-    let mut leaving_elsewhere: BTreeSet<String> = BTreeSet::new();
-    // Joining: until gossip has met another speaker, this one sees itself alone and would
-    // elect itself for every address (and announce them). It answers for nothing until it
-    // has met one (whose reply lists the others), or no other speaker Pod exists, or
-    // JOIN_WAIT has passed (the others are all down).
-    let mut gossip_started = Instant::now();
-    let mut joined = false;
-    let mut alone = false;
-    let mut rejoined_seen = 0u64;
-    let mut reannounce_at: Option<Instant> = None;
-    let mut rejoin_hold: Option<(Instant, BTreeSet<String>)> = None;
     let mut pace = ferrolb_speaker::shell::pace::Pace::new();
     let run = async {
         loop {
@@ -314,7 +296,9 @@ async fn speaker_main() -> anyhow::Result<()> {
                 if let Some((key, bind)) = inputs {
                     secrets_seen = cluster.lock().expect("cluster lock").secrets_version();
                     gossip = start_gossip(&args, key, bind).await;
-                    gossip_started = Instant::now();
+                    if gossip.is_some() {
+                        liveness.gossip_started(Instant::now());
+                    }
                     gossip_live = gossip.as_ref().map(Gossip::live);
                     gossip_states = gossip.as_ref().map(Gossip::states);
                     gossip_rejoined = gossip.as_ref().map(Gossip::rejoined);
@@ -334,85 +318,54 @@ async fn speaker_main() -> anyhow::Result<()> {
             }
             let t = Instant::now();
             pace.pass(t);
-            if let Some(g) = &gossip {
-                let rejoined = g.counters().rejoined;
-                if rejoined > rejoined_seen {
-                    rejoined_seen = rejoined;
-                    reannounce_at = Some(Instant::now() + REJOIN_SETTLE);
-                    // Rejoining renews identities on every side (each learns the other declared it
-                    // dead): a member's old identity goes before its new one arrives. The live
-                    // set from before is kept meanwhile, so that no address moves for that.
-                    rejoin_hold = Some((Instant::now() + REJOIN_SETTLE, live_tx.borrow().clone()));
-                    info!(settle = ?REJOIN_SETTLE,
-                        "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
-                    );
-                }
-            }
             let (live, synced) = {
                 let mut model = cluster.lock().expect("cluster lock");
                 // Seeds and the fallback live set change only with speaker Pods and Nodes.
                 if model.speakers_changed() {
-                    known = kubernetes_live(&model, &args.node_name);
-                    match &gossip {
+                    let known = kubernetes_live(&model, &args.node_name);
+                    let alone = match &gossip {
                         Some(g) => {
                             let seeds = seeds(&model, &args);
-                            alone = seeds.is_empty();
+                            let alone = seeds.is_empty();
                             g.set_seeds(seeds);
+                            alone
                         }
-                        None => fallback_live = known.clone(),
-                    }
-                }
-                let live = match &gossip_live {
-                    Some(rx) => rx.borrow().clone(),
-                    None => fallback_live.clone(),
-                };
-                metrics.gossip_members.set(live.len() as i64);
-                // Decoded again only when a member's state changed: it is one entry per node.
-                if std::mem::take(&mut states_changed) {
-                    let others: Vec<(String, MemberState)> = match &gossip_states {
-                        Some(rx) => rx
-                            .borrow()
-                            .iter()
-                            .filter(|(node, _)| **node != args.node_name)
-                            .map(|(node, s)| (node.clone(), MemberState::decode(s)))
-                            .collect(),
-                        None => Vec::new(),
+                        None => false,
                     };
-                    leaving_elsewhere = others
-                        .iter()
-                        .filter(|(_, s)| s.leaving)
-                        .map(|(node, _)| node.clone())
-                        .collect();
-                    unable_elsewhere = others
-                        .into_iter()
-                        .filter(|(_, s)| !s.unable.is_empty())
-                        .map(|(node, s)| (node, s.unable))
-                        .collect();
+                    liveness.kubernetes(known, alone);
                 }
-                // A speaker that is leaving is no candidate owner: its addresses are taken
-                // over (and announced) while it still answers.
-                let mut live: BTreeSet<String> = if leaving_elsewhere.is_empty() {
-                    live
-                } else {
-                    live.difference(&leaving_elsewhere).cloned().collect()
-                };
-                match &rejoin_hold {
-                    Some((until, before)) if Instant::now() < *until => {
-                        live.extend(before.difference(&leaving_elsewhere).cloned());
-                    }
-                    Some(_) => rejoin_hold = None,
-                    None => {}
+                // Decoded again only when a member's state changed: it is one entry per node.
+                if std::mem::take(&mut states_changed)
+                    && let Some(rx) = &gossip_states
+                {
+                    let states = rx.borrow();
+                    liveness.member_states(
+                        states
+                            .iter()
+                            .map(|(node, s)| (node.as_str(), MemberState::decode(s))),
+                    );
                 }
-                if !joined && gossip.is_some() {
-                    joined = live.len() > 1 || alone || gossip_started.elapsed() >= JOIN_WAIT;
-                    if joined {
-                        info!(members = live.len(), after = ?gossip_started.elapsed(), "joined the other speakers");
-                    }
+                let gossip_view = gossip_live.as_ref().map(|rx| rx.borrow().clone());
+                let rejoined = gossip.as_ref().map_or(0, |g| g.counters().rejoined);
+                let noticed = liveness.observe(Instant::now(), gossip_view.as_ref(), rejoined);
+                metrics.gossip_members.set(
+                    gossip_view
+                        .as_ref()
+                        .map_or(liveness.live().len(), BTreeSet::len) as i64,
+                );
+                if noticed.rejoined {
+                    info!(settle = ?REJOIN_SETTLE,
+                        "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
+                    );
                 }
+                if let Some(members) = noticed.joined {
+                    info!(members, "joined the other speakers");
+                }
+                let live = liveness.live().clone();
                 let nobody = BTreeSet::new();
                 let arbitrated;
                 let l2_live = match &view_lease {
-                    _ if !joined && gossip.is_some() => &nobody,
+                    _ if !liveness.joined() => &nobody,
                     None => &live,
                     Some(lease) => {
                         let now = Instant::now();
@@ -424,8 +377,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                                 arbiter.written(now, outcome);
                             }
                         }
-                        let known: BTreeSet<String> =
-                            known.difference(&leaving_elsewhere).cloned().collect();
+                        let known = liveness.known();
                         let d = arbiter.decide(now, std::time::SystemTime::now(), &live, &known);
                         if let Some(w) = d.write
                             && !lease.write(w)
@@ -476,7 +428,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                         Some(ferrolb_speaker::l2::iface::system_interfaces())
                     }
                 };
-                let synced = speaker.sync(&mut model, l2_live, &unable_elsewhere, host);
+                let synced = speaker.sync(&mut model, l2_live, liveness.unable(), host);
                 if model.refetch_pending() {
                     refetch.notify_one();
                 }
@@ -501,8 +453,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                     g.counters().auth_failures_total(),
                 );
             }
-            if reannounce_at.is_some_and(|at| Instant::now() >= at) {
-                reannounce_at = None;
+            if liveness.take_reannounce(Instant::now()) {
                 info!("announcing this node's layer-2 addresses again after rejoining");
                 speaker.announce_again();
                 speaker.rewrite_statuses(&cluster.lock().expect("cluster lock"));
@@ -566,12 +517,10 @@ async fn speaker_main() -> anyhow::Result<()> {
                 }
             };
             let mut host_watch_ended = false;
-            let joining = (!joined && gossip.is_some()).then(|| gossip_started + JOIN_WAIT);
             let wake = speaker
                 .next_deadline()
                 .into_iter()
-                .chain(joining)
-                .chain(reannounce_at)
+                .chain(liveness.next_deadline())
                 .chain(arbiter_next)
                 .chain(host_due)
                 .map(tokio::time::Instant::from_std)

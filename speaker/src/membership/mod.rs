@@ -6,6 +6,8 @@
 //! - [`core`]: the SWIM state machine (the `foca` crate) behind that framing, bounded joins,
 //!   per-member states. Pure: timers are outputs, randomness comes from a seed.
 //! - [`states`]: the states members publish to each other (foca custom broadcasts). Pure.
+//! - [`liveness`]: who is live for layer 2 each pass (join wait, leaving members, the rejoin
+//!   settle), and what members publish ([`MemberState`]). Pure.
 //! - [`sim`]: many cores on a simulated network with virtual time, for tests and the
 //!   `gossip_sim` bench. Pure.
 //! - [`partition`]: breaking a gossip partition's tie through one Lease on the API server.
@@ -19,6 +21,7 @@
 //! (speaker Pod ready and Node ready).
 pub mod auth;
 pub mod core;
+pub mod liveness;
 pub mod partition;
 pub mod seeds;
 pub mod sim;
@@ -30,6 +33,7 @@ pub use auth::{AuthFailure, GossipKey, KeyRing};
 pub use core::{
     JOIN_FANOUT, Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError,
 };
+pub use liveness::{Liveness, MemberState};
 pub use states::MAX_STATE_LEN;
 pub use udp::{Gossip, MembershipError, States};
 

@@ -35,6 +35,7 @@ use crate::cluster::{Changes, Cluster};
 use crate::l2::arrivals::Arrivals;
 use crate::l2::iface::{self, InterfaceInfo};
 use crate::l2::responder::Responder;
+pub use crate::membership::MemberState;
 use crate::planner::ServiceKey;
 use crate::planner::incremental::{BgpTracker, L2Tracker, Unable};
 use metrics::{
@@ -946,49 +947,6 @@ impl Speaker {
     }
 }
 
-/// What a speaker tells the others over gossip: the addresses it cannot answer for (at most
-/// [`MAX_UNABLE`]; the rest are still reported locally, in logs, Events and metrics), and
-/// whether it is leaving (SIGTERM: the others take its addresses over while it still answers).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemberState {
-    /// Addresses it was elected for but cannot answer for.
-    pub unable: BTreeSet<IpAddr>,
-    /// It is stopping: not a candidate owner any more.
-    pub leaving: bool,
-}
-
-impl MemberState {
-    /// JSON, within one datagram; `leaving` is left out when false (the format of speakers
-    /// that knew only `unable`).
-    pub fn encode(&self) -> Vec<u8> {
-        let list: Vec<&IpAddr> = self.unable.iter().take(MAX_UNABLE).collect();
-        let json = if self.leaving {
-            serde_json::json!({ "unable": list, "leaving": true })
-        } else {
-            serde_json::json!({ "unable": list })
-        };
-        serde_json::to_vec(&json).unwrap_or_default()
-    }
-
-    /// Reads [`MemberState::encode`]'s output; anything else is the default (nothing unable,
-    /// not leaving).
-    pub fn decode(state: &[u8]) -> MemberState {
-        #[derive(serde::Deserialize)]
-        struct Wire {
-            #[serde(default)]
-            unable: Vec<IpAddr>,
-            #[serde(default)]
-            leaving: bool,
-        }
-        serde_json::from_slice::<Wire>(state)
-            .map(|w| MemberState {
-                unable: w.unable.into_iter().collect(),
-                leaving: w.leaving,
-            })
-            .unwrap_or_default()
-    }
-}
-
 /// When each node's speaker Pod became ready, as instants of this process's clock (`now` and
 /// `wall` are the same moment); a date in the future (clock skew) counts as `now`, one older
 /// than this host's clock can express is left out (it holds nothing).
@@ -1011,9 +969,6 @@ fn pods_ready_since(
         })
         .collect()
 }
-
-/// Addresses carried over gossip at most (keeps the state within one datagram).
-pub const MAX_UNABLE: usize = 10;
 
 /// How often a speaker handing addresses over (excluded, or stopping) looks whether their new
 /// owners have announced them. The responder stops answering for an address at the new
@@ -1148,41 +1103,5 @@ mod tests {
             pods_ready_since(&cluster, now, early).get("node-a"),
             Some(&now)
         );
-    }
-
-    #[test]
-    fn member_states_survive_the_gossip_encoding_and_garbage_reads_as_the_default() {
-        let unable: BTreeSet<IpAddr> = ["10.0.0.1", "fd00::1"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
-        for leaving in [false, true] {
-            let st = MemberState {
-                unable: unable.clone(),
-                leaving,
-            };
-            assert_eq!(MemberState::decode(&st.encode()), st);
-        }
-        assert_eq!(
-            MemberState::decode(b"\xff\x00garbage"),
-            MemberState::default()
-        );
-        // What speakers that knew only `unable` sent, and read.
-        assert_eq!(
-            MemberState::decode(br#"{"unable":["10.0.0.1"]}"#)
-                .unable
-                .len(),
-            1
-        );
-        assert!(
-            !String::from_utf8(MemberState::default().encode())
-                .unwrap()
-                .contains("leaving")
-        );
-        let many = MemberState {
-            unable: (0..100u8).map(|i| IpAddr::from([10, 0, 0, i])).collect(),
-            leaving: true,
-        };
-        assert!(many.encode().len() <= 512);
     }
 }
