@@ -30,49 +30,48 @@ fn rules() -> Option<Value> {
     }
 }
 
-/// Waits until alert `name` (with `labels` among its labels) is firing; returns how long that
-/// took from `since`.
-fn firing(p: &Prometheus, name: &str, labels: &[(&str, &str)], since: Instant) -> Duration {
+/// Waits until alert `name` (with `labels` among its labels) is firing (`firing`), or until no
+/// such alert is pending or firing (`!firing`); returns how long that took from `since`.
+fn alert(
+    p: &Prometheus,
+    name: &str,
+    labels: &[(&str, &str)],
+    firing: bool,
+    since: Instant,
+) -> Duration {
     let deadline = Instant::now() + LIMIT;
     loop {
         let alerts = p.alerts().unwrap_or_default();
-        if alerts.iter().any(|a| {
+        let matching = |a: &&ferrolb_tests::lab::prometheus::ActiveAlert| {
             a.name == name
-                && a.state == "firing"
                 && labels
                     .iter()
                     .all(|(k, v)| a.labels.get(*k) == Some(&json!(v)))
-        }) {
+        };
+        let done = if firing {
+            alerts.iter().filter(matching).any(|a| a.state == "firing")
+        } else {
+            !alerts.iter().any(|a| matching(&a))
+        };
+        if done {
             return since.elapsed();
         }
         assert!(
             Instant::now() < deadline,
-            "{name} {labels:?} did not fire within {LIMIT:?}; active: {alerts:#?}\n{}",
+            "{name} {labels:?}: not {} within {LIMIT:?}; active: {alerts:#?}\n{}",
+            if firing { "firing" } else { "resolved" },
             p.log()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Waits until no alert `name` (with `labels`) is pending or firing; returns how long that took.
+fn firing(p: &Prometheus, name: &str, labels: &[(&str, &str)], since: Instant) -> Duration {
+    alert(p, name, labels, true, since)
+}
+
 fn resolved(p: &Prometheus, name: &str, labels: &[(&str, &str)], since: Instant) -> Duration {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let alerts = p.alerts().unwrap_or_default();
-        if !alerts.iter().any(|a| {
-            a.name == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| a.labels.get(*k) == Some(&json!(v)))
-        }) {
-            return since.elapsed();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} {labels:?} still active after {LIMIT:?}: {alerts:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    alert(p, name, labels, false, since)
 }
 
 /// Waits until `query` (an instant PromQL query) returns `value`; returns when.
@@ -91,19 +90,12 @@ fn until(p: &Prometheus, query: &str, value: f64) -> Instant {
 
 /// `ferrolb explain` against the lab, for a failure's message.
 fn explain(lab: &Lab, args: &[&str]) -> String {
-    let binary = e2e_support::bin_dir().join("ferrolb");
-    let kubeconfig = format!("KUBECONFIG={}", lab.kubeconfig().display());
-    let mut full: Vec<&std::ffi::OsStr> =
-        vec!["env".as_ref(), kubeconfig.as_ref(), binary.as_ref()];
-    full.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
-    match lab.topo.switch.exec(&full) {
-        Ok(out) => format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => format!("(ferrolb explain did not run: {e})"),
-    }
+    let out = e2e_support::ferrolb(lab, args);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn apply(lab: &Lab, docs: Vec<Value>) {

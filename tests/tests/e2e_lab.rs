@@ -1665,16 +1665,7 @@ fn a_gossip_partition_leaves_one_mac_per_address_within_a_second_and_each_moves_
 /// `ferrolb explain` (the binary, in the namespace the lab's API server listens in) over what
 /// real speakers and a real router did.
 fn explain(lab: &Lab, args: &[&str]) -> String {
-    let binary = e2e_support::bin_dir().join("ferrolb");
-    let kubeconfig = format!("KUBECONFIG={}", lab.kubeconfig().display());
-    let mut full: Vec<&std::ffi::OsStr> =
-        vec!["env".as_ref(), kubeconfig.as_ref(), binary.as_ref()];
-    full.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
-    let out = lab
-        .topo
-        .switch
-        .exec(&full)
-        .expect("target/<profile>/ferrolb runs (cargo build -p ferrolb-cli)");
+    let out = e2e_support::ferrolb(lab, args);
     assert!(
         out.status.success(),
         "ferrolb {args:?}: {}",

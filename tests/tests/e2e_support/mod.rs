@@ -71,3 +71,17 @@ pub fn lab(router: RouterKind) -> Option<Lab> {
     let lab = Lab::start(config).unwrap_or_else(|e| panic!("the lab did not start: {e}"));
     Some(lab)
 }
+
+/// Runs the workspace's `ferrolb` binary with `args` against the lab's cluster, in the namespace
+/// the lab's API server listens in; panics when it cannot start.
+pub fn ferrolb(lab: &Lab, args: &[&str]) -> std::process::Output {
+    let binary = bin_dir().join("ferrolb");
+    let kubeconfig = format!("KUBECONFIG={}", lab.kubeconfig().display());
+    let mut full: Vec<&std::ffi::OsStr> =
+        vec!["env".as_ref(), kubeconfig.as_ref(), binary.as_ref()];
+    full.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    lab.topo
+        .switch
+        .exec(&full)
+        .expect("target/<profile>/ferrolb runs (cargo build -p ferrolb-cli)")
+}
