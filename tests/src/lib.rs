@@ -31,6 +31,16 @@ pub mod skip;
 
 use std::path::{Path, PathBuf};
 
+/// `target/<profile>`, where the workspace's binaries are, found from the running test
+/// executable (`target/<profile>/deps/NAME-HASH`).
+pub fn test_bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
 /// Where a script of this repository puts what it builds for the tests: `$ENV_VAR` when set,
 /// else the workspace's `target/NAME` (`scripts/realkube`, `scripts/metallb`,
 /// `scripts/guest-kernel`).

@@ -8,7 +8,7 @@ use ferrolb_api::names;
 use ferrolb_api::service::ServiceKey;
 use ferrolb_controller::allocator::{Outcome, Pool, ServiceRequest};
 use ferrolb_controller::convert::{allocator_pools, request_from_service};
-use ferrolb_speaker::planner::bgp::{BgpNode, service_routes};
+use ferrolb_speaker::planner::bgp::{BgpAdvertisementInfo, BgpNode, BgpPeerInfo, service_routes};
 use ferrolb_speaker::planner::{self, AddressPlan, NotAnnounced, ServiceInfo, Snapshot, plan_l2};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -162,9 +162,11 @@ pub fn explain_service(
     let snapshot = objects.snapshot(settings, "");
     let plan = plan_l2(&snapshot);
     let info = snapshot.services.iter().find(|s| s.key == key);
+    let bgp = Bgp::of(objects);
     for ip in ips {
-        out.addresses
-            .push(address(objects, svc, &snapshot, &plan, info, &key, ip));
+        out.addresses.push(address(
+            objects, &bgp, svc, &snapshot, &plan, info, &key, ip,
+        ));
     }
     out
 }
@@ -318,6 +320,7 @@ fn passed_over(pool: &Pool, request: &ServiceRequest) -> Reason {
 #[allow(clippy::too_many_arguments)]
 fn address(
     objects: &Objects,
+    bgp: &Bgp,
     svc: &Service,
     snapshot: &Snapshot,
     plan: &planner::L2Plan,
@@ -357,7 +360,7 @@ fn address(
         .filter(|why| **why != NotAnnounced::NoEligibleNode)
         .map(|why| words::not_announced(*why, address_plan.and_then(|a| a.pool.as_deref())));
     let pool = address_plan.and_then(|a| a.pool.clone());
-    let bgp_applies = pool.as_deref().is_some_and(|p| bgp_covers(objects, p));
+    let bgp_applies = pool.as_deref().is_some_and(|p| bgp.covers(snapshot, p));
     let mut nodes = Vec::new();
     let mut names: BTreeSet<String> = snapshot.nodes.keys().cloned().collect();
     names.extend(snapshot.live_speakers.iter().cloned());
@@ -373,7 +376,7 @@ fn address(
             layer2_verdict(objects, key, ip, a, &node, &mut v);
         }
         if bgp_applies {
-            bgp_verdict(objects, snapshot, info, ip, &node, &mut v);
+            bgp_verdict(objects, bgp, snapshot, info, ip, &node, &mut v);
         }
         if !l2_applies && !bgp_applies {
             v.reasons.push(match address_plan.map(|a| &a.owner) {
@@ -403,15 +406,31 @@ fn address(
     }
 }
 
-/// Whether any `BGPAdvertisement` covers pool `pool`.
-fn bgp_covers(objects: &Objects, pool: &str) -> bool {
-    let pools = planner::convert::pool_infos(&objects.pools);
-    let Some(info) = pools.iter().find(|p| p.name == pool) else {
-        return false;
-    };
-    planner::convert::bgp_advertisements(&objects.bgp_advertisements, &objects.communities)
-        .iter()
-        .any(|a| a.selects_pool(info))
+/// The BGP configuration as the planner sees it, converted once per explanation.
+struct Bgp {
+    peers: Vec<BgpPeerInfo>,
+    advertisements: Vec<BgpAdvertisementInfo>,
+}
+
+impl Bgp {
+    fn of(objects: &Objects) -> Bgp {
+        Bgp {
+            peers: planner::convert::bgp_peer_infos(&objects.peers),
+            advertisements: planner::convert::bgp_advertisements(
+                &objects.bgp_advertisements,
+                &objects.communities,
+            ),
+        }
+    }
+
+    /// Whether any `BGPAdvertisement` covers pool `pool` (a ready one of `snapshot`).
+    fn covers(&self, snapshot: &Snapshot, pool: &str) -> bool {
+        snapshot
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .is_some_and(|info| self.advertisements.iter().any(|a| a.selects_pool(info)))
+    }
 }
 
 /// Layer 2: the node answers (its speaker reported it), stands by, or why it may not.
@@ -493,16 +512,17 @@ fn layer2_verdict(
 
 /// BGP: the node's own path to each peer it goes to, with the session's state; or why the
 /// node does not announce.
+#[allow(clippy::too_many_arguments)]
 fn bgp_verdict(
     objects: &Objects,
+    bgp: &Bgp,
     snapshot: &Snapshot,
     info: Option<&ServiceInfo>,
     ip: IpAddr,
     node: &str,
     v: &mut NodeVerdict,
 ) {
-    let peers = planner::convert::bgp_peer_infos(&objects.peers);
-    let bgp_node = BgpNode::new(node, &snapshot.nodes, &peers);
+    let bgp_node = BgpNode::new(node, &snapshot.nodes, &bgp.peers);
     if !snapshot.live_speakers.contains(node) {
         v.reasons.push(words::not_eligible(
             planner::NotEligible::SpeakerNotLive,
@@ -526,9 +546,7 @@ fn bgp_verdict(
         ));
         return;
     };
-    let advertisements =
-        planner::convert::bgp_advertisements(&objects.bgp_advertisements, &objects.communities);
-    let routes = service_routes(&bgp_node, &snapshot.pools, &advertisements, info);
+    let routes = service_routes(&bgp_node, &snapshot.pools, &bgp.advertisements, info);
     let own: BTreeSet<&str> = routes
         .routes
         .iter()

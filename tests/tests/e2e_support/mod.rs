@@ -10,12 +10,7 @@ use ferrolb_tests::skip::skip;
 
 /// `target/debug` (or whichever profile built this test).
 pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/e2e_lab-HASH
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable lives in target/<profile>/deps")
-        .to_path_buf()
+    ferrolb_tests::test_bin_dir()
 }
 
 /// Whether the test can run: root, and the tools the lab needs. Prints why not.

@@ -37,11 +37,7 @@ impl Drop for Env {
 
 /// `target/<profile>`, where the workspace's binaries are.
 pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable lives in target/<profile>/deps")
-        .to_path_buf()
+    ferrolb_tests::test_bin_dir()
 }
 
 /// A workspace binary; the test fails when it is not built (`cargo test --workspace` builds it).
