@@ -4,6 +4,8 @@
 //! ```text
 //! ferrolb-lab [--router bird|frr] [--keep]   build, report, fail over, clean up (or keep running)
 //! ferrolb-lab --apiserver real                the same on a real kube-apiserver (scripts/realkube)
+//! ferrolb-lab --kube-proxy iptables         the real kube-proxy (iptables, nftables or ipvs mode) and
+//!                                             backends in Pod namespaces; implies --apiserver real
 //! ferrolb-lab --system metallb               the same with MetalLB v0.16 (scripts/metallb), real API server
 //! ferrolb-lab --down                          remove a lab left running or crashed
 //! ferrolb-lab serve --node NAME --port P      the kube-proxy stand-in's server (run inside a node)
@@ -16,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use ferrolb_tests::backend::BackendKind;
 use ferrolb_tests::lab::report::{self, Failover, Fault};
-use ferrolb_tests::lab::{Binaries, Lab, LabConfig, RouterKind, prometheus, standin};
+use ferrolb_tests::lab::{Binaries, KubeProxy, Lab, LabConfig, RouterKind, prometheus, standin};
 use ferrolb_tests::netns::{self, topology};
 
 /// The fixed prefix of the lab's namespaces, so `--down` and a rerun find a crashed lab's.
@@ -60,6 +62,12 @@ struct Args {
     /// and etcd built by scripts/realkube). Default: `FERROLB_APISERVER`, else `double`.
     #[arg(long)]
     apiserver: Option<BackendKind>,
+    /// What carries Service traffic: `standin` (addresses on each node's `lb0`, answered by the
+    /// node itself), or the real kube-proxy built by `scripts/realkube node` in `iptables`,
+    /// `nftables` or `ipvs` mode, with the backends in Pod namespaces (implies `--apiserver
+    /// real`). Default: `FERROLB_KUBE_PROXY`, else `standin`.
+    #[arg(long)]
+    kube_proxy: Option<KubeProxy>,
     /// What runs the lab: `ferrolb`, or `metallb` (MetalLB's own controller and speaker, built by
     /// scripts/metallb, always on the real kube-apiserver) to compare.
     #[arg(long, default_value = "ferrolb")]
@@ -162,6 +170,12 @@ fn lab_main() -> anyhow::Result<()> {
     if let Some(a) = args.apiserver {
         config.apiserver = a;
     }
+    if let Some(k) = args.kube_proxy {
+        config.kube_proxy = k;
+    }
+    if config.kube_proxy.is_real() {
+        config.apiserver = BackendKind::Real;
+    }
     if args.system == SystemArg::Metallb {
         config.system = ferrolb_tests::lab::System::MetalLb;
         config.apiserver = BackendKind::Real;
@@ -174,11 +188,10 @@ fn lab_main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     println!(
-        "building the lab: 3 nodes, a client, a {} router, a client behind it (namespaces {PREFIX}-*), \
-         API server: {}",
+        "building the lab: 3 nodes, a client, a {} router, a client behind it (namespaces {PREFIX}-*)",
         args.router,
-        config.apiserver.as_str()
     );
+    print!("{}", components(&config));
     let mut lab = Lab::start(config)?;
     std::fs::write(dir.join("lab.pid"), std::process::id().to_string()).ok();
     let prometheus = if args.prometheus {
@@ -229,6 +242,44 @@ fn lab_main() -> anyhow::Result<()> {
         let _ = std::fs::remove_file(dir.join("lab.pid"));
     }
     Ok(())
+}
+
+/// Per component, whether the lab runs the real one or its own stand-in.
+fn components(config: &LabConfig) -> String {
+    let real = |yes: bool| if yes { "real" } else { "the lab's own" };
+    let api = config.apiserver == BackendKind::Real;
+    let proxy = config.kube_proxy;
+    let mut out = String::new();
+    out += &format!(
+        "  API server:  {} ({})\n",
+        real(api),
+        if api {
+            "kube-apiserver and etcd, scripts/realkube"
+        } else {
+            "in-process test API server"
+        }
+    );
+    out += &format!(
+        "  kube-proxy:  {} ({})\n",
+        real(proxy.is_real()),
+        if proxy.is_real() {
+            format!("kube-proxy, {} mode, one per node", proxy.as_str())
+        } else {
+            "Service addresses on each node's lb0".into()
+        }
+    );
+    out += &format!(
+        "  backends:    {}\n",
+        if proxy.is_real() {
+            "a namespace per node holding its endpoint addresses (no kubelet, no containers)"
+        } else {
+            "a server on each node itself"
+        }
+    );
+    out += "  kubelet:     none (Nodes and speaker Pods are written by the lab)\n";
+    out += "  FerroLB:     real controller and speakers, as host processes\n";
+    out += "  router:      real BGP daemon\n";
+    out
 }
 
 fn run(lab: &mut Lab, args: &Args, started: Instant) -> anyhow::Result<()> {

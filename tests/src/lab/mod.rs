@@ -17,6 +17,7 @@
 //! 10.99.0.254: every node reaches it over the segment, nothing is added to the root namespace,
 //! and parallel labs (tests) do not collide.
 
+pub mod kubeproxy;
 pub mod manifests;
 pub mod prometheus;
 pub mod report;
@@ -40,8 +41,9 @@ use crate::backend::{Backend, BackendKind};
 use crate::netns::topology::{API_V4, NODE_NAMES, node_v4, node_v6};
 use crate::netns::{self, NetnsError, Process, Topology};
 use crate::realkube::RealKubeConfig;
+pub use kubeproxy::KubeProxy;
 pub use router::{Router, RouterKind};
-pub use standin::{NoAnswer, Requests, SERVICE_PORT, Watched};
+pub use standin::{Answer, NoAnswer, Requests, SERVICE_PORT, Watched};
 
 /// The install namespace used by the lab's manifests.
 pub const INSTALL_NS: &str = "ferrolb-system";
@@ -65,6 +67,9 @@ pub enum LabError {
         /// What went wrong.
         message: String,
     },
+    /// The real kube-proxy could not run, or did not become healthy.
+    #[error("kube-proxy: {0}")]
+    KubeProxy(String),
     /// A request to the API server failed.
     #[error("API request failed: {0}")]
     Kube(#[from] kube::Error),
@@ -148,6 +153,10 @@ pub struct LabConfig {
     pub apiserver: BackendKind,
     /// FerroLB (the default) or MetalLB; [`Binaries`] name that system's binaries.
     pub system: System,
+    /// The data path: the stand-in (the default), or the real kube-proxy in one of its modes,
+    /// which needs (and so always gets) the real API server. The default comes from
+    /// `FERROLB_KUBE_PROXY`.
+    pub kube_proxy: KubeProxy,
 }
 
 impl LabConfig {
@@ -167,6 +176,7 @@ impl LabConfig {
             speaker_args: Vec::new(),
             apiserver: BackendKind::from_env(),
             system: System::FerroLb,
+            kube_proxy: KubeProxy::from_env().unwrap_or_else(|e| panic!("FERROLB_KUBE_PROXY: {e}")),
         }
     }
 }
@@ -203,6 +213,9 @@ pub struct Lab {
     frr: Vec<Option<crate::frrk8s::NodeFrr>>,
     controller: Option<Process>,
     standins: Vec<Process>,
+    /// With the real kube-proxy: one per node, and the Pods' namespaces with their servers.
+    kube_proxies: Vec<Process>,
+    pods: Vec<crate::netns::Namespace>,
     /// The router daemons.
     pub router: Router,
     api: Option<Backend>,
@@ -221,6 +234,13 @@ impl Lab {
     pub fn start(config: LabConfig) -> Result<Self> {
         netns::require_root()?;
         netns::require_tools(&required_tools(config.router))?;
+        netns::require_tools(config.kube_proxy.tools())?;
+        if let Some(refusal) = config.kube_proxy.kernel_refusal() {
+            return Err(LabError::KubeProxy(format!(
+                "mode {} cannot run here: {refusal}",
+                config.kube_proxy.as_str()
+            )));
+        }
         if config.system == System::MetalLbFrrK8s {
             netns::require_tools(crate::frrk8s::TOOLS)?;
         }
@@ -233,6 +253,10 @@ impl Lab {
         let router = Router::start(config.router, &topo.router, &config.dir)?;
         let rt = netns::runtime_in(topo.switch.name())?;
         let (crds, kind) = match config.system {
+            // The real kube-proxy is run only against the server of its own release.
+            System::FerroLb if config.kube_proxy.is_real() => {
+                (vec![config.crds.clone()], BackendKind::Real)
+            }
             System::FerroLb => (vec![config.crds.clone()], config.apiserver),
             // MetalLB's controller is built on controller-runtime and is run here only against
             // the server it is built for.
@@ -285,6 +309,8 @@ impl Lab {
             frr: NODE_NAMES.iter().map(|_| None).collect(),
             controller: None,
             standins: Vec::new(),
+            kube_proxies: Vec::new(),
+            pods: Vec::new(),
             router,
             api: Some(api),
             rt,
@@ -314,7 +340,11 @@ impl Lab {
                 lab.block(async move { manifests::apply_with(&client, &files, convert).await })?;
             }
         }
-        lab.start_standins()?;
+        if lab.config.kube_proxy.is_real() {
+            lab.start_kube_proxies()?;
+        } else {
+            lab.start_standins()?;
+        }
         lab.start_controller()?;
         if lab.config.binaries.speaker.is_some() {
             for i in 0..NODE_NAMES.len() {
@@ -388,6 +418,60 @@ impl Lab {
         let topo = self.topo.clone();
         self.rt.spawn(proxy_stand_in(client, topo));
         Ok(())
+    }
+
+    /// The real data path: the Pods of every node (their addresses from the EndpointSlices the
+    /// manifests made), a server in each answering with its node's name, and kube-proxy in
+    /// each node namespace; returns once every kube-proxy reports healthy.
+    fn start_kube_proxies(&mut self) -> Result<()> {
+        let client = self.client();
+        let slices = self.block(async move {
+            Api::<EndpointSlice>::namespaced(client, "default")
+                .list(&ListParams::default())
+                .await
+        })?;
+        let pods = kubeproxy::endpoints_by_node(&slices.items);
+        self.pods = kubeproxy::build_pods(&self.topo.nodes, &self.topo.prefix, &pods)?;
+        for (i, name) in NODE_NAMES.iter().enumerate() {
+            let log = self.config.dir.join(format!("pod-{name}.log"));
+            let p = self.pods[i].spawn(
+                &[
+                    self.config.binaries.lab.as_os_str(),
+                    "serve".as_ref(),
+                    "--node".as_ref(),
+                    name.as_ref(),
+                    "--port".as_ref(),
+                    kubeproxy::TARGET_PORT.to_string().as_ref(),
+                ],
+                &log,
+            )?;
+            self.standins.push(p);
+        }
+        for i in 0..NODE_NAMES.len() {
+            let p = kubeproxy::start(
+                self.config.kube_proxy,
+                self.topo.node(i),
+                i,
+                &self.kubeconfig,
+                &self.config.dir,
+            )?;
+            self.kube_proxies.push(p);
+        }
+        kubeproxy::wait_ready(
+            &self.topo.nodes,
+            &mut self.kube_proxies,
+            Duration::from_secs(60),
+        )
+    }
+
+    /// What carries Service traffic to the backends in this lab.
+    pub fn kube_proxy(&self) -> KubeProxy {
+        self.config.kube_proxy
+    }
+
+    /// The namespace of node `i`'s Pods (only with the real kube-proxy).
+    pub fn pod(&self, i: usize) -> Option<&crate::netns::Namespace> {
+        self.pods.get(i)
     }
 
     /// Starts (or restarts) the controller in the switch namespace.
@@ -832,6 +916,8 @@ impl Drop for Lab {
         }
         self.kill_controller();
         self.standins.clear();
+        self.kube_proxies.clear();
+        self.pods.clear();
         self.api.take();
         // The stand-in task on the runtime holds the topology too; remove the namespaces now
         // rather than whenever its last reference goes.

@@ -12,18 +12,25 @@ use crate::netns::in_namespace;
 pub const SERVICE_PORT: u16 = 80;
 
 /// Serves forever on `[::]:port` (IPv4 too, as a dual-stack socket), answering every HTTP
-/// request with `node` and a newline as the body (so `curl` works from a client namespace).
-/// This is what `ferrolb-lab serve` runs inside a node namespace.
+/// request with `node` and a newline as the body (so `curl` works from a client namespace), and
+/// the address the request came from in the `X-Client-Address` header (what a backend behind
+/// kube-proxy sees: the client's own address with `externalTrafficPolicy: Local`, a node's with
+/// `Cluster`). This is what `ferrolb-lab serve` runs inside a node namespace (the stand-in) or
+/// a Pod namespace (with the real kube-proxy).
 pub fn serve(node: &str, port: u16) -> std::io::Result<()> {
     let listener = TcpListener::bind(("::", port))?;
     let body = format!("{node}\n");
-    let answer = format!(
-        "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
-        let answer = answer.clone();
+        let peer = conn
+            .peer_addr()
+            .map(|a| a.ip().to_canonical().to_string())
+            .unwrap_or_default();
+        let answer = format!(
+            "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+             X-Client-Address: {peer}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
         std::thread::spawn(move || {
             // Read the request head first: closing with unread bytes would reset the connection.
             let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
@@ -58,7 +65,28 @@ pub enum NoAnswer {
     Namespace(String),
 }
 
-fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
+/// One HTTP answer: its status code, headers (names in lower case) and body (trimmed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The headers, names in lower case, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body, without surrounding white space.
+    pub body: String,
+}
+
+impl Answer {
+    /// The value of header `name` (lower case), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn get_here(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Answer, NoAnswer> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| match e.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => NoAnswer::Timeout,
         std::io::ErrorKind::ConnectionReset => NoAnswer::Reset(e.to_string()),
@@ -67,14 +95,38 @@ fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
     let _ = stream.set_read_timeout(Some(timeout));
     let reset = |e: std::io::Error| NoAnswer::Reset(e.to_string());
     stream
-        .write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
         .map_err(reset)?;
     let mut text = String::new();
     stream.read_to_string(&mut text).map_err(reset)?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or(text.as_str(), |(_, b)| b);
-    Ok(body.trim().to_string())
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or(("", text.as_str()));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok(Answer {
+        status,
+        headers,
+        body: body.trim().to_string(),
+    })
+}
+
+fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
+    get_here(addr, "/", timeout).map(|a| a.body)
+}
+
+/// Sends `GET path` from namespace `ns` to `addr` and returns the whole answer (status,
+/// headers, body): kube-proxy's health checks, or which client address a backend saw.
+pub fn get(ns: &str, addr: SocketAddr, path: &str, timeout: Duration) -> Result<Answer, NoAnswer> {
+    let path = path.to_string();
+    in_namespace(ns, move || get_here(addr, &path, timeout))
+        .map_err(|e| NoAnswer::Namespace(e.to_string()))?
 }
 
 /// Opens a TCP connection from namespace `ns` to `addr` and returns what the server said (the
