@@ -348,12 +348,8 @@ fn address(
                 .collect()
         })
         .unwrap_or_default();
-    let l2_applies = address_plan.is_some_and(|a| {
-        !matches!(
-            a.owner,
-            Err(NotAnnounced::NotInAnyPool | NotAnnounced::NoMatchingAdvertisement)
-        )
-    });
+    let l2_applies =
+        address_plan.is_some_and(|a| a.owner.as_ref().err().is_none_or(|w| w.layer2_applies()));
     let layer2 = address_plan
         .filter(|_| l2_applies)
         .and_then(|a| a.owner.as_ref().err())

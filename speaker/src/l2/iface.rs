@@ -1,5 +1,6 @@
 //! Which interfaces answer for an address, and why none can. The choice is pure ([`diagnose`],
-//! [`choose`]); only [`system_interfaces`] reads the host (through pnet).
+//! [`choose`]); only [`system_interfaces`] reads the host (through pnet), and [`HostRead`]
+//! with the ARP sysctls.
 //!
 //! # Usable interfaces
 //! An interface can answer when it is up, not loopback, has a MAC and does not carry
@@ -181,6 +182,24 @@ pub fn resolve_owned(
 /// namespace).
 pub fn system_interfaces() -> Vec<InterfaceInfo> {
     pnet::datalink::interfaces().iter().map(from_pnet).collect()
+}
+
+/// The host as read at one moment: its interfaces and their ARP sysctls.
+#[derive(Debug)]
+pub struct HostRead {
+    /// [`system_interfaces`].
+    pub interfaces: Vec<InterfaceInfo>,
+    /// [`super::kernel_arp::read_sysctls`] for those interfaces.
+    pub arp: std::io::Result<super::kernel_arp::ArpSysctls>,
+}
+
+impl HostRead {
+    /// Reads the interfaces, then their sysctls, in the calling thread's network namespace.
+    pub fn read() -> Self {
+        let interfaces = system_interfaces();
+        let arp = super::kernel_arp::read_sysctls(interfaces.iter().map(|i| i.name.as_str()));
+        Self { interfaces, arp }
+    }
 }
 
 /// Converts pnet's view of an interface.

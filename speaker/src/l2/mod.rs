@@ -12,6 +12,8 @@
 //! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
 //! - [`hostwatch`]: the kernel's notifications of interface and address changes, so the host
 //!   is read again when it changed ([`hostwatch::reports_change`] is pure).
+//! - [`kernel_arp`]: whether this node's own kernel answers ARP for a Service address too
+//!   (kube-proxy's IPVS without `strictARP`). Pure, plus one reader of the sysctls.
 //!
 //! # Wiring
 //! ```text
@@ -22,6 +24,9 @@
 //!                                                        metric (label()); the address must move
 //! on a hostwatch notification (or every hostwatch::SAFETY_INTERVAL; every REFRESH_INTERVAL
 //! without notifications): Responder::refresh(host interfaces) ─► Responder::interface_errors()
+//!                          and kernel_arp::KernelView(host interfaces, ARP sysctls)
+//!                               ─► check(each layer-2 address held here) ─► log, metric,
+//!                                  ConfigurationState
 //! ```
 //! Live speakers come from [`crate::membership`]; the election inside the planner uses them.
 pub mod arrivals;
@@ -30,6 +35,7 @@ pub mod filter;
 pub mod frame;
 pub mod hostwatch;
 pub mod iface;
+pub mod kernel_arp;
 pub mod responder;
 pub mod schedule;
 

@@ -68,6 +68,16 @@ impl NotAnnounced {
             NotAnnounced::NoEligibleNode => "NoEligibleNode",
         }
     }
+
+    /// Whether layer 2 still applies to an address left unannounced for this reason: an
+    /// `L2Advertisement` covers its pool (it lies in one, and one covers it), so it is a
+    /// layer-2 address whether or not a node answers for it now.
+    pub fn layer2_applies(self) -> bool {
+        !matches!(
+            self,
+            NotAnnounced::NotInAnyPool | NotAnnounced::NoMatchingAdvertisement
+        )
+    }
 }
 
 impl fmt::Display for NotAnnounced {

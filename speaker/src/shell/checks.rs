@@ -9,9 +9,12 @@
 //!   peer's `BGPSessionState`), so a peer that stays down costs one write, not one per retry.
 //! - `Interface`s it should answer ARP/NDP on but cannot (missing, down, NOARP, ...).
 //! - `Address`es it was elected to answer for over layer 2 but cannot on any interface.
+//! - `Address`es its own kernel answers ARP for as well ([`crate::l2::kernel_arp`]): one
+//!   problem per address, whose text changes only with the sysctls or interfaces, so a node
+//!   left as it is costs one write. Each text is made once and kept while its fault lasts.
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use ferrolb_api::summary::Problem;
@@ -19,6 +22,7 @@ use ferrolb_api::summary::Problem;
 use super::snapshot::PeerConfigError;
 use crate::bgp::config::PeerConfig;
 use crate::bgp::{PeerStatus, State};
+use crate::l2::kernel_arp::{Exposure, KernelArp, sysctl_name};
 
 /// How long a configured peer's session may stay down (at start, or after it went down)
 /// before the node reports the peer unreachable: long enough for a session to come up or to
@@ -37,12 +41,17 @@ pub struct Inputs<'a> {
     pub interface_faults: &'a BTreeMap<String, String>,
     /// Addresses elected here that cannot be answered, with the reason's label.
     pub unable: &'a BTreeMap<IpAddr, &'static str>,
+    /// Layer-2 Service addresses this node's kernel answers ARP for too.
+    pub kernel_arp: &'a BTreeMap<Ipv4Addr, KernelArp>,
 }
 
 /// The node's checks; remembers since when each configured session is down.
 #[derive(Debug, Default)]
 pub struct NodeChecks {
     down_since: BTreeMap<String, Instant>,
+    /// The problem made for each kernel ARP fault, kept while the fault is the same: thousands
+    /// of addresses share one cause, and the checks run on every pass of the sync loop.
+    kernel_arp: HashMap<Ipv4Addr, (KernelArp, Problem)>,
 }
 
 impl NodeChecks {
@@ -97,6 +106,16 @@ impl NodeChecks {
                 ),
             )
         }));
+        self.kernel_arp
+            .retain(|ip, (fault, _)| inputs.kernel_arp.get(ip) == Some(fault));
+        for (ip, fault) in inputs.kernel_arp {
+            let (_, problem) = self.kernel_arp.entry(*ip).or_insert_with(|| {
+                let problem =
+                    Problem::new("Address", ip.to_string(), kernel_arp_message(node, fault));
+                (fault.clone(), problem)
+            });
+            out.push(problem.clone());
+        }
         out
     }
 
@@ -107,6 +126,49 @@ impl NodeChecks {
             .values()
             .min()
             .map(|t| *t + UNREACHABLE_AFTER)
+    }
+}
+
+/// What the kernel of `node` does with `fault`'s address, why, and what to do.
+pub fn kernel_arp_message(node: &str, fault: &KernelArp) -> String {
+    let cause = &fault.cause;
+    let key = cause.exposure.sysctl();
+    let on: Vec<&str> = cause.on.iter().map(|(name, _)| name.as_str()).collect();
+    let on = on.join(", ");
+    let values = || {
+        let each: Vec<String> = cause
+            .on
+            .iter()
+            .map(|(name, v)| format!("{} {v}", sysctl_name(name, key)))
+            .collect();
+        format!(
+            "{} is {} ({})",
+            sysctl_name("all", key),
+            cause.all,
+            each.join(", ")
+        )
+    };
+    let held = fault.held_on.join(", ");
+    let ip = fault.ip;
+    let strict = "Set strictARP: true in kube-proxy's configuration (arp_ignore=1, arp_announce=2)";
+    match cause.exposure {
+        Exposure::ArpIgnore => format!(
+            "the kernel of node `{node}` also answers ARP for {ip} on {on}: it is on {held} and {}; \
+             every such node answers, not only the elected one. {strict}",
+            values()
+        ),
+        Exposure::OnInterface => format!(
+            "the kernel of node `{node}` also answers ARP for {ip} on {on}: it is on {on} itself, \
+             and an interface's own addresses are answered whatever arp_ignore says but 8; every \
+             such node answers, not only the elected one. Take it off {on} (kube-proxy in IPVS \
+             mode keeps Service addresses on kube-ipvs0)"
+        ),
+        Exposure::ArpAnnounce => format!(
+            "the kernel of node `{node}` may send its own ARP requests from {ip} on {on}: it is \
+             on {held} and {}; a neighbour that hears one points the address at this node, \
+             elected or not. {strict}",
+            values()
+        ),
     }
 }
 
@@ -131,6 +193,7 @@ mod tests {
         sessions: BTreeMap<String, PeerStatus>,
         interface_faults: BTreeMap<String, String>,
         unable: BTreeMap<IpAddr, &'static str>,
+        kernel_arp: BTreeMap<Ipv4Addr, KernelArp>,
     }
 
     impl Fixture {
@@ -141,6 +204,7 @@ mod tests {
                 sessions: BTreeMap::new(),
                 interface_faults: BTreeMap::new(),
                 unable: BTreeMap::new(),
+                kernel_arp: BTreeMap::new(),
             }
         }
 
@@ -151,6 +215,7 @@ mod tests {
                 sessions: &self.sessions,
                 interface_faults: &self.interface_faults,
                 unable: &self.unable,
+                kernel_arp: &self.kernel_arp,
             }
         }
     }
@@ -264,5 +329,97 @@ mod tests {
         );
         assert!(problems[0].message.contains("`md5`"));
         assert!(problems[2].message.contains("no_subnet"));
+    }
+
+    fn kernel_fault(ip: &str, exposure: Exposure, all: u32, on: &[(&str, u32)]) -> KernelArp {
+        use crate::l2::kernel_arp::Cause;
+        KernelArp {
+            ip: ip.parse().unwrap(),
+            held_on: vec!["kube-ipvs0".into()],
+            cause: Cause {
+                exposure,
+                all,
+                on: on.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn an_address_the_kernel_answers_for_names_the_sysctl_the_interfaces_and_the_fix() {
+        let mut f = Fixture::new();
+        let fault = kernel_fault("10.99.0.100", Exposure::ArpIgnore, 0, &[("eth0", 0)]);
+        f.kernel_arp.insert(fault.ip, fault);
+        let mut checks = NodeChecks::default();
+        let problems = checks.problems(Instant::now(), "node-a", &f.inputs());
+        assert_eq!(problems.len(), 1);
+        let p = &problems[0];
+        assert_eq!((p.kind, p.name.as_str()), ("Address", "10.99.0.100"));
+        assert_eq!(
+            p.message,
+            "the kernel of node `node-a` also answers ARP for 10.99.0.100 on eth0: it is on \
+             kube-ipvs0 and net.ipv4.conf.all.arp_ignore is 0 (net.ipv4.conf.eth0.arp_ignore 0); \
+             every such node answers, not only the elected one. Set strictARP: true in \
+             kube-proxy's configuration (arp_ignore=1, arp_announce=2)"
+        );
+        // Nothing changed: the same problem, word for word (one ConfigurationState write).
+        assert_eq!(
+            checks.problems(Instant::now(), "node-a", &f.inputs()),
+            problems
+        );
+    }
+
+    #[test]
+    fn each_kind_of_kernel_fault_reads_its_own_way_and_a_change_is_told_at_once() {
+        let mut f = Fixture::new();
+        let mut checks = NodeChecks::default();
+        let cases = [
+            (
+                kernel_fault("10.99.0.7", Exposure::ArpAnnounce, 1, &[("eth0", 0)]),
+                &[
+                    "may send its own ARP requests from 10.99.0.7 on eth0",
+                    "net.ipv4.conf.all.arp_announce is 1 (net.ipv4.conf.eth0.arp_announce 0)",
+                    "strictARP: true",
+                ][..],
+            ),
+            (
+                kernel_fault("10.99.0.7", Exposure::OnInterface, 1, &[("eth0", 1)]),
+                &[
+                    "answers ARP for 10.99.0.7 on eth0: it is on eth0 itself",
+                    "Take it off eth0",
+                ][..],
+            ),
+            (
+                kernel_fault(
+                    "10.99.0.7",
+                    Exposure::ArpIgnore,
+                    3,
+                    &[("eth0.100", 0), ("eth1", 2)],
+                ),
+                &[
+                    "on eth0.100, eth1: it is on kube-ipvs0",
+                    "net.ipv4.conf.all.arp_ignore is 3 (net.ipv4.conf.eth0/100.arp_ignore 0, \
+                     net.ipv4.conf.eth1.arp_ignore 2)",
+                ][..],
+            ),
+        ];
+        for (fault, words) in cases {
+            f.kernel_arp.insert(fault.ip, fault.clone());
+            let problems = checks.problems(Instant::now(), "node-a", &f.inputs());
+            assert_eq!(problems.len(), 1);
+            assert_eq!(problems[0].message, kernel_arp_message("node-a", &fault));
+            for w in words {
+                assert!(
+                    problems[0].message.contains(w),
+                    "{w:?} in {}",
+                    problems[0].message
+                );
+            }
+        }
+        f.kernel_arp.clear();
+        assert!(
+            checks
+                .problems(Instant::now(), "node-a", &f.inputs())
+                .is_empty()
+        );
     }
 }

@@ -101,6 +101,10 @@ pub struct Metrics {
     pub l2_cannot_answer: Family<ReasonLabels, Gauge>,
     /// Interfaces this node should answer on but cannot (down, NOARP, missing, reader failed).
     pub l2_interface_faults: Gauge,
+    /// Layer-2 Service addresses this node's own kernel answers ARP for as well (or may send
+    /// its own ARP requests from), by what lets it (`arp_ignore`, `arp_announce`,
+    /// `on_interface`): kube-proxy's IPVS without `strictARP`.
+    pub l2_kernel_arp: Family<ReasonLabels, Gauge>,
     /// Services whose status objects wait to be written.
     pub status_pending: Gauge,
     /// Status writes that failed (each is retried with back-off).
@@ -211,6 +215,11 @@ impl Metrics {
             "layer2_interface_faults",
             "Interfaces this node should answer on but cannot (down, NOARP, missing, reader failed)",
             self.l2_interface_faults.clone(),
+        );
+        r.register(
+            "layer2_kernel_arp_addresses",
+            "Layer-2 Service addresses this node's kernel also answers ARP for (or may send its own ARP requests from), by reason (arp_ignore, arp_announce, on_interface); set strictARP in kube-proxy's configuration",
+            self.l2_kernel_arp.clone(),
         );
         r.register(
             "status_pending",

@@ -21,7 +21,7 @@ pub mod snapshot;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use ferrolb_telemetry::events::{EventQueue, Pushed};
@@ -33,11 +33,12 @@ use crate::bgp::config::{Advertisement, PeerConfig, PeerId};
 use crate::bgp::{BgpSpeaker, State};
 use crate::cluster::{Changes, Cluster};
 use crate::l2::arrivals::Arrivals;
-use crate::l2::iface::{self, InterfaceInfo};
+use crate::l2::iface::{self, HostRead, InterfaceInfo};
+use crate::l2::kernel_arp::{Cause, KernelArp, KernelView, sysctl_name};
 use crate::l2::responder::Responder;
 pub use crate::membership::MemberState;
-use crate::planner::ServiceKey;
 use crate::planner::incremental::{BgpTracker, L2Tracker, Unable};
+use crate::planner::{Interfaces, ServiceKey};
 use metrics::{
     AnnouncedLabels, MalformedLabels, Metrics, NotificationLabels, PeerLabels, ReasonLabels,
     advance,
@@ -95,6 +96,17 @@ pub struct Speaker {
     exported_peers: BTreeMap<String, crate::bgp::PeerStatus>,
     interface_faults: BTreeMap<String, String>,
     open_interfaces: BTreeMap<String, crate::l2::OpenInterface>,
+    /// The host as last read, for checking whether its kernel answers ARP for Service
+    /// addresses; `None` when the ARP sysctls could not be read.
+    kernel_view: Option<KernelView>,
+    /// Why the ARP sysctls could not be read, when they could not (told once per change).
+    arp_read_error: Option<String>,
+    /// Layer-2 Service addresses this node's kernel answers ARP for too.
+    kernel_arp: BTreeMap<Ipv4Addr, KernelArp>,
+    /// Their causes, each with how many addresses it covers (logged when the set changes).
+    kernel_arp_causes: BTreeMap<Cause, usize>,
+    /// The `l2_kernel_arp` metric's reasons exported so far (kept at 0 once gone).
+    kernel_arp_labels: BTreeSet<&'static str>,
     peers: Vec<PeerConfig>,
     advertised: BTreeMap<String, Vec<Advertisement>>,
     l2_announcing: BTreeSet<ServiceKey>,
@@ -157,6 +169,11 @@ impl Speaker {
             exported_peers: BTreeMap::new(),
             interface_faults: BTreeMap::new(),
             open_interfaces: BTreeMap::new(),
+            kernel_view: None,
+            arp_read_error: None,
+            kernel_arp: BTreeMap::new(),
+            kernel_arp_causes: BTreeMap::new(),
+            kernel_arp_labels: BTreeSet::new(),
             peers: Vec::new(),
             advertised: BTreeMap::new(),
             l2_announcing: BTreeSet::new(),
@@ -240,14 +257,15 @@ impl Speaker {
     }
 
     /// Brings announcements in line with `cluster`, the live speakers and what other nodes
-    /// reported they cannot answer for. `host` is the host's interfaces when the caller read
-    /// them again (every few seconds), `None` otherwise.
+    /// reported they cannot answer for. `host` is the host's interfaces and ARP sysctls when
+    /// the caller read them again (on a change the kernel notified, and every
+    /// [`crate::l2::hostwatch::SAFETY_INTERVAL`]), `None` otherwise.
     pub fn sync(
         &mut self,
         cluster: &mut Cluster,
         live: &BTreeSet<String>,
         unable_elsewhere: &Unable,
-        host: Option<Vec<InterfaceInfo>>,
+        host: Option<HostRead>,
     ) -> Synced {
         let changes = cluster.take_changes();
         let live_changed = *live != self.live;
@@ -273,14 +291,17 @@ impl Speaker {
             let mut hold_down = self.arrivals.hold_down(now, &self.ready_since.1);
             hold_down.standby = self.standby.clone();
             self.hold_down_ends = hold_down.next_expiry();
-            let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
+            let host_read = host.is_some();
+            let config_changed = changes.config;
+            let host_changed = host.as_ref().is_some_and(|h| h.interfaces != self.host);
             if let Some(h) = host {
                 if let Some(r) = &self.responder {
                     // Reopens interfaces re-created (new index or MAC) or whose reader failed.
-                    r.refresh(&h);
+                    r.refresh(&h.interfaces);
                 }
-                self.host = h;
+                self.host = h.interfaces;
                 self.report_interfaces();
+                self.read_kernel_view(h.arp);
             }
             if host_changed && !self.unable_here.is_empty() {
                 // Interfaces changed: addresses given up may be answerable now.
@@ -322,6 +343,10 @@ impl Speaker {
                     r.announce_again();
                 }
             }
+            // Every address again when the host or the configuration changed; else those of
+            // the Services that changed.
+            let only = (!host_read && !config_changed).then_some(&touched);
+            self.check_kernel_arp(cluster, only);
             self.unable_here
                 .retain(|ip| cluster.services_at(*ip).next().is_some());
             let here = &self.unable_here;
@@ -609,6 +634,144 @@ impl Speaker {
         self.open_interfaces = open;
     }
 
+    /// Takes the ARP sysctls just read with the interfaces: the view [`Self::check_kernel_arp`]
+    /// uses, or none (said once) when they could not be read.
+    fn read_kernel_view(&mut self, arp: std::io::Result<crate::l2::kernel_arp::ArpSysctls>) {
+        match arp {
+            Ok(sysctls) => {
+                if self.arp_read_error.take().is_some() {
+                    info!("the ARP sysctls can be read again");
+                }
+                self.kernel_view = Some(KernelView::new(&self.host, sysctls));
+            }
+            Err(e) => {
+                let e = e.to_string();
+                if self.arp_read_error.as_ref() != Some(&e) {
+                    warn!(error = %e, "cannot read net.ipv4.conf.*.arp_ignore and arp_announce; whether this node's kernel answers ARP for Service addresses is not checked");
+                }
+                self.arp_read_error = Some(e);
+                self.kernel_view = None;
+            }
+        }
+    }
+
+    /// Checks whether this node's kernel answers ARP for layer-2 Service addresses
+    /// ([`crate::l2::kernel_arp`]): every address this node holds, or (`only`) those of these
+    /// Services. Every node checks every layer-2 address, elected here or not: every node's
+    /// kernel answers. An address that no Service holds any more keeps its fault until the
+    /// host is read again (kube-proxy taking it off `kube-ipvs0` is a change that reads it).
+    fn check_kernel_arp(&mut self, cluster: &Cluster, only: Option<&BTreeSet<ServiceKey>>) {
+        let Some(view) = &self.kernel_view else {
+            if !self.kernel_arp.is_empty() {
+                self.kernel_arp.clear();
+                self.note_kernel_arp();
+            }
+            return;
+        };
+        let l2 = &self.l2;
+        let check = |ip: Ipv4Addr| -> Option<KernelArp> {
+            let d = l2.decision(ip.into())?;
+            if d.owner
+                .as_ref()
+                .err()
+                .is_some_and(|why| !why.layer2_applies())
+            {
+                return None;
+            }
+            let wanted = l2
+                .owned()
+                .get(&IpAddr::V4(ip))
+                .unwrap_or(&Interfaces::BySubnet);
+            view.check(ip.into(), wanted)
+        };
+        let changed = match only {
+            None => {
+                let now: BTreeMap<Ipv4Addr, KernelArp> =
+                    view.held().filter_map(check).map(|f| (f.ip, f)).collect();
+                let changed = now != self.kernel_arp;
+                self.kernel_arp = now;
+                changed
+            }
+            Some(keys) => {
+                let found: Vec<(Ipv4Addr, Option<KernelArp>)> = keys
+                    .iter()
+                    .filter_map(|key| cluster.service_rec(key))
+                    .flat_map(|rec| rec.ingress.iter())
+                    .filter_map(|ip| match ip {
+                        IpAddr::V4(v4) => Some((*v4, check(*v4))),
+                        IpAddr::V6(_) => None,
+                    })
+                    .collect();
+                let mut changed = false;
+                for (ip, fault) in found {
+                    changed |= match fault {
+                        Some(f) => self.kernel_arp.insert(ip, f.clone()) != Some(f),
+                        None => self.kernel_arp.remove(&ip).is_some(),
+                    };
+                }
+                changed
+            }
+        };
+        if changed {
+            self.note_kernel_arp();
+        }
+    }
+
+    /// Logs the causes of the kernel's ARP answers that appeared or went (once per cause, not
+    /// per address: kube-proxy adds addresses one by one), and exports the metric.
+    fn note_kernel_arp(&mut self) {
+        let mut causes: BTreeMap<Cause, usize> = BTreeMap::new();
+        let mut by_reason: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for f in self.kernel_arp.values() {
+            *causes.entry(f.cause.clone()).or_default() += 1;
+            *by_reason.entry(f.cause.exposure.label()).or_default() += 1;
+        }
+        for (cause, n) in causes
+            .iter()
+            .filter(|(c, _)| !self.kernel_arp_causes.contains_key(*c))
+        {
+            let example = self.kernel_arp.values().find(|f| f.cause == *cause);
+            let interfaces: Vec<&str> = cause.on.iter().map(|(n, _)| n.as_str()).collect();
+            let values: Vec<String> = cause
+                .on
+                .iter()
+                .map(|(name, v)| format!("{}={v}", sysctl_name(name, cause.exposure.sysctl())))
+                .collect();
+            warn!(
+                reason = cause.exposure.label(),
+                interfaces = interfaces.join(","),
+                all = format!("{}={}", sysctl_name("all", cause.exposure.sysctl()), cause.all),
+                each = values.join(","),
+                addresses = n,
+                example = ?example.map(|f| f.ip),
+                held_on = ?example.map(|f| &f.held_on),
+                "this node's kernel answers ARP for layer-2 Service addresses too (or may send ARP requests from them): every such node does, not only the elected one; set strictARP: true in kube-proxy's configuration (arp_ignore=1, arp_announce=2)"
+            );
+        }
+        for cause in self
+            .kernel_arp_causes
+            .keys()
+            .filter(|c| !causes.contains_key(*c))
+        {
+            let interfaces: Vec<&str> = cause.on.iter().map(|(n, _)| n.as_str()).collect();
+            info!(
+                reason = cause.exposure.label(),
+                interfaces = interfaces.join(","),
+                "this node's kernel no longer answers ARP for layer-2 Service addresses for this reason"
+            );
+        }
+        self.kernel_arp_causes = causes;
+        for reason in self.kernel_arp_labels.iter().chain(by_reason.keys()) {
+            self.metrics
+                .l2_kernel_arp
+                .get_or_create(&ReasonLabels {
+                    reason: (*reason).into(),
+                })
+                .set(by_reason.get(reason).copied().unwrap_or(0));
+        }
+        self.kernel_arp_labels.extend(by_reason.keys());
+    }
+
     fn export_l2(&mut self) {
         let Some(responder) = &self.responder else {
             return;
@@ -891,6 +1054,7 @@ impl Speaker {
             sessions: &self.exported_peers,
             interface_faults: &self.interface_faults,
             unable: &self.unable_reasons,
+            kernel_arp: &self.kernel_arp,
         };
         let report = status::ConfigReport {
             node_uid: self.node_uid.clone(),
