@@ -49,6 +49,11 @@ pub fn binaries() -> Option<Binaries> {
 
 /// A lab with a unique prefix for this test, or `None` when it must be skipped.
 pub fn lab(router: RouterKind) -> Option<Lab> {
+    lab_with(router, |_| {})
+}
+
+/// [`lab`] with the configuration changed by `configure` first.
+pub fn lab_with(router: RouterKind, configure: impl FnOnce(&mut LabConfig)) -> Option<Lab> {
     if !can_run(router) {
         return None;
     }
@@ -63,6 +68,7 @@ pub fn lab(router: RouterKind) -> Option<Lab> {
             .speaker_args
             .extend(extra.split_whitespace().map(str::to_owned));
     }
+    configure(&mut config);
     let lab = Lab::start(config).unwrap_or_else(|e| panic!("the lab did not start: {e}"));
     Some(lab)
 }
