@@ -11,6 +11,9 @@
 #   ./examples/lab.sh --down          remove a lab left running or crashed
 #   ./examples/lab.sh --apiserver real   on a real kube-apiserver + etcd (built once by
 #                                            scripts/realkube from Go modules; needs Go)
+#   ./examples/lab.sh --kube-proxy iptables   the real kube-proxy (iptables, nftables or ipvs
+#                                            mode; scripts/realkube) and backends in Pod
+#                                            namespaces, on the real API server
 #   ./examples/lab.sh --system metallb  the same lab with MetalLB v0.16.2 (scripts/metallb)
 #
 # Needs Debian's iproute2 iputils-arping ndisc6 bird2 (or frr); the lab names what is missing.
@@ -40,7 +43,8 @@ else
   build
 fi
 case " $* " in
-  *" --apiserver real "* | *" --apiserver=real "*) scripts/realkube >/dev/null ;;
+  *" --apiserver real "* | *" --apiserver=real "* | *" --kube-proxy "* | *" --kube-proxy="*)
+    scripts/realkube >/dev/null ;;
 esac
 # MetalLB's lab runs on the real API server, with MetalLB built from the module proxy.
 case " $* " in
