@@ -188,8 +188,23 @@ impl RealKube {
         let pki = self.dir.join("pki");
         let mut pki_cmd = Command::new(bin("testpki"));
         pki_cmd.arg("--dir").arg(&pki);
+        // The `kubernetes` Service's ClusterIP (the first address of each Service range) too:
+        // Pods reach the API server there, through kube-proxy, and verify it by that address.
+        let mut ips: Vec<String> = config
+            .service_cidrs
+            .split(',')
+            .filter_map(|c| c.trim().parse::<ipnet::IpNet>().ok())
+            .filter_map(|net| match net {
+                ipnet::IpNet::V4(n) => Some(IpAddr::V4((u32::from(n.network()) + 1).into())),
+                ipnet::IpNet::V6(n) => Some(IpAddr::V6((u128::from(n.network()) + 1).into())),
+            })
+            .map(|ip| ip.to_string())
+            .collect();
         if !config.address.is_loopback() {
-            pki_cmd.arg("--ip").arg(config.address.to_string());
+            ips.insert(0, config.address.to_string());
+        }
+        if !ips.is_empty() {
+            pki_cmd.arg("--ip").arg(ips.join(","));
         }
         let out = pki_cmd.output().map_err(io("running testpki".into()))?;
         if !out.status.success() {

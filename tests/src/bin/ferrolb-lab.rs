@@ -6,6 +6,8 @@
 //! ferrolb-lab --apiserver real                the same on a real kube-apiserver (scripts/realkube)
 //! ferrolb-lab --kube-proxy iptables         the real kube-proxy (iptables, nftables or ipvs mode) and
 //!                                             backends in Pod namespaces; implies --apiserver real
+//! ferrolb-lab --cluster real               real nodes: kubelet and containerd per node, FerroLB
+//!                                             installed by Helm from its images (scripts/images)
 //! ferrolb-lab --system metallb               the same with MetalLB v0.16 (scripts/metallb), real API server
 //! ferrolb-lab --down                          remove a lab left running or crashed
 //! ferrolb-lab serve --node NAME --port P      the kube-proxy stand-in's server (run inside a node)
@@ -18,7 +20,9 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use ferrolb_tests::backend::BackendKind;
 use ferrolb_tests::lab::report::{self, Failover, Fault};
-use ferrolb_tests::lab::{Binaries, KubeProxy, Lab, LabConfig, RouterKind, prometheus, standin};
+use ferrolb_tests::lab::{
+    Binaries, Cluster, KubeProxy, Lab, LabConfig, RouterKind, prometheus, standin,
+};
 use ferrolb_tests::netns::{self, topology};
 
 /// The fixed prefix of the lab's namespaces, so `--down` and a rerun find a crashed lab's.
@@ -68,6 +72,12 @@ struct Args {
     /// real`). Default: `FERROLB_KUBE_PROXY`, else `standin`.
     #[arg(long)]
     kube_proxy: Option<KubeProxy>,
+    /// The nodes: `lab` (FerroLB as host processes, Nodes and speaker Pods written by the lab)
+    /// or `real` (a real kubelet and containerd per node, FerroLB installed with `helm install`
+    /// from target/images/*.oci.tar, the backends real Pods; implies the real API server and
+    /// kube-proxy). Default: `FERROLB_LAB_CLUSTER`, else `lab`.
+    #[arg(long)]
+    cluster: Option<ClusterArg>,
     /// What runs the lab: `ferrolb`, or `metallb` (MetalLB's own controller and speaker, built by
     /// scripts/metallb, always on the real kube-apiserver) to compare.
     #[arg(long, default_value = "ferrolb")]
@@ -80,6 +90,12 @@ struct Args {
     /// The subcommand (internal).
     #[command(subcommand)]
     command: Option<Cmd>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum ClusterArg {
+    Lab,
+    Real,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -172,6 +188,14 @@ fn lab_main() -> anyhow::Result<()> {
     }
     if let Some(k) = args.kube_proxy {
         config.kube_proxy = k;
+    }
+    match args.cluster {
+        Some(ClusterArg::Real) => config.cluster = Cluster::Real,
+        Some(ClusterArg::Lab) => config.cluster = Cluster::Lab,
+        None => {}
+    }
+    if config.cluster == Cluster::Real && !config.kube_proxy.is_real() {
+        config.kube_proxy = KubeProxy::Iptables;
     }
     if config.kube_proxy.is_real() {
         config.apiserver = BackendKind::Real;
@@ -268,16 +292,22 @@ fn components(config: &LabConfig) -> String {
             "Service addresses on each node's lb0".into()
         }
     );
-    out += &format!(
-        "  backends:    {}\n",
-        if proxy.is_real() {
-            "a namespace per node holding its endpoint addresses (no kubelet, no containers)"
-        } else {
-            "a server on each node itself"
-        }
-    );
-    out += "  kubelet:     none (Nodes and speaker Pods are written by the lab)\n";
-    out += "  FerroLB:     real controller and speakers, as host processes\n";
+    if config.cluster == Cluster::Real {
+        out += "  kubelet:     real (kubelet, containerd and runc per node; kube-scheduler)\n";
+        out += "  backends:    real Pods of the lab's own image (examples/lab/real)\n";
+        out += "  FerroLB:     real, installed by Helm from its images (scripts/images)\n";
+    } else {
+        out += &format!(
+            "  backends:    {}\n",
+            if proxy.is_real() {
+                "a namespace per node holding its endpoint addresses (no kubelet, no containers)"
+            } else {
+                "a server on each node itself"
+            }
+        );
+        out += "  kubelet:     none (Nodes and speaker Pods are written by the lab)\n";
+        out += "  FerroLB:     real controller and speakers, as host processes\n";
+    }
     out += "  router:      real BGP daemon\n";
     out
 }

@@ -38,7 +38,7 @@ pub const HEALTHZ_PORT: u16 = 10256;
 pub const POD_GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 /// The same for IPv6 (a link-local address).
 pub const POD_GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
-/// The Pods' addresses (`clusterCIDR`, for kube-proxy's local-traffic detection).
+/// The Pod namespaces' addresses (`clusterCIDR`, for kube-proxy's local-traffic detection).
 pub const CLUSTER_CIDRS: &str = "10.99.10.0/24,fd00:99:10::/64";
 
 /// What carries a Service's traffic to its backends in the lab.
@@ -260,8 +260,8 @@ pub fn build_pods(
     Ok(out)
 }
 
-/// kube-proxy's configuration for node `i` in `mode`.
-pub fn config(mode: KubeProxy, i: usize, kubeconfig: &Path) -> String {
+/// kube-proxy's configuration for node `i` in `mode`, the Pods' addresses in `cluster_cidrs`.
+pub fn config(mode: KubeProxy, i: usize, kubeconfig: &Path, cluster_cidrs: &str) -> String {
     format!(
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -269,7 +269,7 @@ mode: {mode}
 hostnameOverride: {node}
 clientConnection:
   kubeconfig: {kubeconfig}
-clusterCIDR: {CLUSTER_CIDRS}
+clusterCIDR: {cluster_cidrs}
 healthzBindAddress: 0.0.0.0:{HEALTHZ_PORT}
 metricsBindAddress: 127.0.0.1:10249
 # The lab's node namespaces share one kernel: leave the global conntrack table size alone.
@@ -291,6 +291,7 @@ pub fn start(
     node: &Namespace,
     i: usize,
     kubeconfig: &Path,
+    cluster_cidrs: &str,
     dir: &Path,
 ) -> Result<Process> {
     let bin = binary();
@@ -301,9 +302,11 @@ pub fn start(
         )));
     }
     let file = dir.join(format!("kube-proxy-{}.yaml", NODE_NAMES[i]));
-    std::fs::write(&file, config(mode, i, kubeconfig)).map_err(|source| LabError::Io {
-        context: format!("writing {}", file.display()),
-        source,
+    std::fs::write(&file, config(mode, i, kubeconfig, cluster_cidrs)).map_err(|source| {
+        LabError::Io {
+            context: format!("writing {}", file.display()),
+            source,
+        }
     })?;
     let log = dir.join(format!("kube-proxy-{}.log", NODE_NAMES[i]));
     Ok(node.spawn(

@@ -51,6 +51,21 @@ fn gvk_of(doc: &Value) -> Option<GroupVersionKind> {
     Some(GroupVersionKind::gvk(group, version, kind))
 }
 
+/// The lab's documents as real nodes take them ([`super::nodes`]): without what the kubelets,
+/// the chart and the endpointslice controller make there themselves: the Nodes, the speaker
+/// Pods, the memberlist Secret and the EndpointSlices (the backends are real Pods,
+/// `examples/lab/real/`).
+pub fn for_real_nodes(doc: Value) -> Vec<Value> {
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let made_there = matches!(kind, "Node" | "Pod" | "EndpointSlice")
+        || (kind == "Secret" && name == "ferrolb-memberlist");
+    if made_there { Vec::new() } else { vec![doc] }
+}
+
 /// Creates every object of `files` (an object that already exists is left alone), then writes
 /// its `status` when the document has one (Nodes' conditions, Pods' `podIP`), as the kubelet
 /// would. Returns how many objects were created.

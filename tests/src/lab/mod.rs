@@ -19,6 +19,7 @@
 
 pub mod kubeproxy;
 pub mod manifests;
+pub mod nodes;
 pub mod prometheus;
 pub mod report;
 pub mod router;
@@ -67,6 +68,9 @@ pub enum LabError {
         /// What went wrong.
         message: String,
     },
+    /// The real nodes (containerd, kubelet, the chart's install) could not start.
+    #[error("real nodes: {0}")]
+    Nodes(String),
     /// The real kube-proxy could not run, or did not become healthy.
     #[error("kube-proxy: {0}")]
     KubeProxy(String),
@@ -157,6 +161,33 @@ pub struct LabConfig {
     /// which needs (and so always gets) the real API server. The default comes from
     /// `FERROLB_KUBE_PROXY`.
     pub kube_proxy: KubeProxy,
+    /// The nodes: the lab's own (FerroLB as host processes, the default), or real ones
+    /// ([`nodes`]: kubelet and containerd per node, FerroLB installed by Helm from its images,
+    /// the backends real Pods), which need (and so always get) the real API server and the real
+    /// kube-proxy (iptables mode unless another is chosen). The default comes from
+    /// `FERROLB_LAB_CLUSTER` (`lab` or `real`).
+    pub cluster: Cluster,
+}
+
+/// Which nodes the lab runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cluster {
+    /// Network namespaces with FerroLB's binaries run as host processes, Nodes and speaker Pods
+    /// written by the lab.
+    #[default]
+    Lab,
+    /// Real kubelets with containerd; FerroLB installed with `helm install` ([`nodes`]).
+    Real,
+}
+
+impl Cluster {
+    /// From `FERROLB_LAB_CLUSTER`: `real`, or anything else (unset) for the lab's own.
+    pub fn from_env() -> Self {
+        match std::env::var("FERROLB_LAB_CLUSTER").as_deref() {
+            Ok("real") => Self::Real,
+            _ => Self::Lab,
+        }
+    }
 }
 
 impl LabConfig {
@@ -177,6 +208,7 @@ impl LabConfig {
             apiserver: BackendKind::from_env(),
             system: System::FerroLb,
             kube_proxy: KubeProxy::from_env().unwrap_or_else(|e| panic!("FERROLB_KUBE_PROXY: {e}")),
+            cluster: Cluster::from_env(),
         }
     }
 }
@@ -216,6 +248,8 @@ pub struct Lab {
     /// With the real kube-proxy: one per node, and the Pods' namespaces with their servers.
     kube_proxies: Vec<Process>,
     pods: Vec<crate::netns::Namespace>,
+    /// With real nodes: their kubelets, containerds and the scheduler.
+    nodes: Option<nodes::RealNodes>,
     /// The router daemons.
     pub router: Router,
     api: Option<Backend>,
@@ -231,8 +265,16 @@ impl Lab {
     /// Checks root and tools, builds the topology, starts the router, the API server (loaded with
     /// the CRDs and manifests), the kube-proxy stand-in and the controller, and the speakers when
     /// a speaker binary is given. Returns once everything is started, not once it converged.
-    pub fn start(config: LabConfig) -> Result<Self> {
+    pub fn start(mut config: LabConfig) -> Result<Self> {
         netns::require_root()?;
+        let images = if config.cluster == Cluster::Real {
+            if !config.kube_proxy.is_real() {
+                config.kube_proxy = KubeProxy::Iptables;
+            }
+            Some(nodes::images()?)
+        } else {
+            None
+        };
         netns::require_tools(&required_tools(config.router))?;
         netns::require_tools(config.kube_proxy.tools())?;
         if let Some(refusal) = config.kube_proxy.kernel_refusal() {
@@ -311,6 +353,7 @@ impl Lab {
             standins: Vec::new(),
             kube_proxies: Vec::new(),
             pods: Vec::new(),
+            nodes: None,
             router,
             api: Some(api),
             rt,
@@ -322,6 +365,11 @@ impl Lab {
         let files = manifests::yaml_files(&lab.config.manifests)?;
         let client = lab.client();
         match lab.config.system {
+            System::FerroLb if images.is_some() => {
+                lab.block(async move {
+                    manifests::apply_with(&client, &files, manifests::for_real_nodes).await
+                })?;
+            }
             System::FerroLb => {
                 lab.block(async move { manifests::apply(&client, &files).await })?;
             }
@@ -339,6 +387,10 @@ impl Lab {
                 };
                 lab.block(async move { manifests::apply_with(&client, &files, convert).await })?;
             }
+        }
+        if let Some(images) = images {
+            lab.start_real_nodes(&images)?;
+            return Ok(lab);
         }
         if lab.config.kube_proxy.is_real() {
             lab.start_kube_proxies()?;
@@ -447,12 +499,17 @@ impl Lab {
             )?;
             self.standins.push(p);
         }
+        self.start_kube_proxy_processes(kubeproxy::CLUSTER_CIDRS)
+    }
+
+    fn start_kube_proxy_processes(&mut self, cluster_cidrs: &str) -> Result<()> {
         for i in 0..NODE_NAMES.len() {
             let p = kubeproxy::start(
                 self.config.kube_proxy,
                 self.topo.node(i),
                 i,
                 &self.kubeconfig,
+                cluster_cidrs,
                 &self.config.dir,
             )?;
             self.kube_proxies.push(p);
@@ -464,14 +521,105 @@ impl Lab {
         )
     }
 
+    /// Real nodes ([`nodes`]): containerd and kubelet per node with the images imported,
+    /// kube-scheduler, kube-proxy; once every Node is Ready, the backends
+    /// (`examples/lab/real/*.yaml`) and FerroLB itself, installed by real Helm from the chart
+    /// (which waits until the controller and every speaker are ready).
+    fn start_real_nodes(&mut self, images: &[PathBuf]) -> Result<()> {
+        self.nodes = Some(nodes::RealNodes::start(
+            &self.topo,
+            &self.kubeconfig,
+            &self.config.dir,
+            images,
+        )?);
+        self.start_kube_proxy_processes(nodes::CLUSTER_CIDRS)?;
+        let client = self.client();
+        let ready = self.wait(Duration::from_secs(90), "every Node Ready", || {
+            let client = client.clone();
+            let nodes = self
+                .block(async move {
+                    Api::<k8s_openapi::api::core::v1::Node>::all(client)
+                        .list(&ListParams::default())
+                        .await
+                })
+                .ok()?;
+            let ready = nodes
+                .items
+                .iter()
+                .filter(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .count();
+            (ready == NODE_NAMES.len()).then_some(())
+        });
+        if let Err(e) = ready {
+            let log = self
+                .nodes
+                .as_ref()
+                .map(|n| n.kubelet_log(0))
+                .unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            return Err(LabError::Nodes(format!(
+                "{e}; node-a's kubelet said last:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )));
+        }
+        let backends = manifests::yaml_files(&self.config.manifests.join("real"))?;
+        let client = self.client();
+        self.block(async move { manifests::apply(&client, &backends).await })?;
+        let root = self
+            .config
+            .crds
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("."));
+        let script = root.join("tests/install.py");
+        let out = self.topo.switch.exec(&[
+            "python3".as_ref(),
+            script.as_os_str(),
+            "--kubeconfig".as_ref(),
+            self.kubeconfig.as_os_str(),
+            "--namespace".as_ref(),
+            INSTALL_NS.as_ref(),
+            "--timeout".as_ref(),
+            "180".as_ref(),
+        ])?;
+        if !out.status.success() {
+            return Err(LabError::Nodes(format!(
+                "helm install ({}): {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Which nodes this lab runs.
+    pub fn cluster(&self) -> Cluster {
+        self.config.cluster
+    }
+
+    /// The real nodes, when the lab runs them.
+    pub fn real_nodes(&self) -> Option<&nodes::RealNodes> {
+        self.nodes.as_ref()
+    }
+
     /// What carries Service traffic to the backends in this lab.
     pub fn kube_proxy(&self) -> KubeProxy {
         self.config.kube_proxy
     }
 
-    /// The namespace of node `i`'s Pods (only with the real kube-proxy).
-    pub fn pod(&self, i: usize) -> Option<&crate::netns::Namespace> {
-        self.pods.get(i)
+    /// The network namespace of a Pod on node `i` (not on the host network), as a name under
+    /// `/run/netns` or a path, for [`crate::netns::in_namespace`]: the namespace of node `i`'s
+    /// Pods with the real kube-proxy, one of its real Pods' with real nodes.
+    pub fn pod_netns(&self, i: usize) -> Option<String> {
+        if let Some(nodes) = &self.nodes {
+            return nodes.pod_netns(i);
+        }
+        self.pods.get(i).map(|p| p.name().to_owned())
     }
 
     /// Starts (or restarts) the controller in the switch namespace.
@@ -547,6 +695,10 @@ impl Lab {
 
     /// Starts node `i`'s speaker (a fresh process, its log appended with a marker).
     pub fn start_speaker(&mut self, i: usize) -> Result<()> {
+        if self.nodes.is_some() {
+            // The kubelet restarts a killed speaker's container (after its back-off).
+            return Ok(());
+        }
         let Some(bin) = self.config.binaries.speaker.clone() else {
             return Ok(());
         };
@@ -668,11 +820,21 @@ impl Lab {
 
     /// The process id of node `i`'s speaker, while one runs (to read its memory and CPU time).
     pub fn speaker_pid(&self, i: usize) -> Option<u32> {
+        if let Some(nodes) = &self.nodes {
+            return nodes.container_pids(i, "ferrolb-speaker").first().copied();
+        }
         self.speakers[i].as_ref().map(Process::pid)
     }
 
-    /// Kills node `i`'s speaker with SIGKILL, as a crash would.
+    /// Kills node `i`'s speaker with SIGKILL, as a crash would (with real nodes, its
+    /// container's process: the kubelet restarts it).
     pub fn kill_speaker(&mut self, i: usize) {
+        if let Some(nodes) = &self.nodes {
+            for pid in nodes.container_pids(i, "ferrolb-speaker") {
+                let _ = netns::run(&["kill", "-9", &pid.to_string()]);
+            }
+            return;
+        }
         if let Some(p) = self.speakers[i].as_mut() {
             p.kill();
         }
@@ -918,6 +1080,7 @@ impl Drop for Lab {
         self.standins.clear();
         self.kube_proxies.clear();
         self.pods.clear();
+        self.nodes.take();
         self.api.take();
         // The stand-in task on the runtime holds the topology too; remove the namespaces now
         // rather than whenever its last reference goes.

@@ -319,6 +319,41 @@ impl Namespace {
         })
     }
 
+    /// [`Namespace::spawn`], keeping the host's mounts: `ip netns exec` gives its program a
+    /// mount namespace of its own with a fresh `/sys`, which hides `/sys/fs/cgroup`; kubelet and
+    /// containerd (and the runc they start) need the cgroup mounts, so they enter only the
+    /// network namespace (`nsenter --net`).
+    pub fn spawn_with_host_mounts<S: AsRef<OsStr>>(
+        &self,
+        args: &[S],
+        log: &Path,
+    ) -> Result<Process> {
+        let file = File::create(log).map_err(|source| NetnsError::Io {
+            context: format!("creating {}", log.display()),
+            source,
+        })?;
+        let err = file.try_clone().map_err(|source| NetnsError::Io {
+            context: format!("opening {}", log.display()),
+            source,
+        })?;
+        let net = format!("--net={}", self.path().display());
+        let child = Command::new("nsenter")
+            .args([net.as_str(), "--"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .map_err(|source| NetnsError::Spawn {
+                command: format!("nsenter {net} -- {}", line_of(args)),
+                source,
+            })?;
+        Ok(Process {
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
     /// The MAC address of `dev` in this namespace, lower case.
     pub fn mac(&self, dev: &str) -> Result<String> {
         let out = self.ip(&["link", "show", dev])?;
