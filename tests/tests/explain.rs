@@ -95,7 +95,7 @@ async fn explain_says_which_pool_was_chosen_and_why_each_node_does_or_does_not_a
         "{}",
         words("node-c")
     );
-    assert!(words("node-d").starts_with("NoLocalEndpoint: layer 2: externalTrafficPolicy is Local and no ready endpoint of the Service runs on node-d"), "{}", words("node-d"));
+    assert!(words("node-d").starts_with("NoLocalEndpoint: layer 2: externalTrafficPolicy is Local and no ready IPv4 endpoint of the Service runs on node-d"), "{}", words("node-d"));
     assert!(
         words("node-e").starts_with(
             "NodeSelectorMismatch: layer 2: no L2Advertisement of pool `silver` selects this node"
@@ -656,7 +656,7 @@ async fn explain_says_why_an_address_is_announced_by_nobody_and_why_pools_were_p
     );
     assert!(
         reason_of(&empty, "node-b")
-            .contains("NoReadyEndpoints: BGP: the Service has no ready endpoint on any node"),
+            .contains("NoReadyEndpoints: BGP: the Service has no ready IPv4 endpoint on any node"),
         "{}",
         reason_of(&empty, "node-b")
     );

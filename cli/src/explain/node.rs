@@ -50,11 +50,18 @@ pub fn explain_node(objects: &Objects, settings: &Settings, name: &str) -> NodeE
     let live = objects.live_speakers();
     let mut not_eligible = Vec::new();
     if let Some(Err(why)) = info.as_ref().map(node_may_announce) {
-        not_eligible.push(words::not_eligible(why, None, name, "any advertisement"));
+        not_eligible.push(words::not_eligible(
+            why,
+            None,
+            None,
+            name,
+            "any advertisement",
+        ));
     }
     if !live.contains(name) {
         not_eligible.push(words::not_eligible(
             planner::NotEligible::SpeakerNotLive,
+            None,
             None,
             name,
             "any advertisement",

@@ -8,7 +8,7 @@ use ferrolb_api::names;
 use ferrolb_api::service::ServiceKey;
 use ferrolb_controller::allocator::{Outcome, Pool, ServiceRequest};
 use ferrolb_controller::convert::{allocator_pools, request_from_service};
-use ferrolb_speaker::planner::bgp::{BgpAdvertisementInfo, BgpNode, BgpPeerInfo, service_routes};
+use ferrolb_speaker::planner::bgp::{BgpAdvertisementInfo, BgpNode, BgpPeerInfo, address_routes};
 use ferrolb_speaker::planner::{self, AddressPlan, NotAnnounced, ServiceInfo, Snapshot, plan_l2};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -354,7 +354,7 @@ fn address(
         .filter(|_| l2_applies)
         .and_then(|a| a.owner.as_ref().err())
         .filter(|why| **why != NotAnnounced::NoEligibleNode)
-        .map(|why| words::not_announced(*why, address_plan.and_then(|a| a.pool.as_deref())));
+        .map(|why| words::not_announced(*why, ip, address_plan.and_then(|a| a.pool.as_deref())));
     let pool = address_plan.and_then(|a| a.pool.clone());
     let bgp_applies = pool.as_deref().is_some_and(|p| bgp.covers(snapshot, p));
     let mut nodes = Vec::new();
@@ -459,7 +459,13 @@ fn layer2_verdict(
         return;
     }
     if let Some(why) = plan.not_eligible.get(node) {
-        let mut reason = words::not_eligible(*why, plan.pool.as_deref(), node, "L2Advertisement");
+        let mut reason = words::not_eligible(
+            *why,
+            Some(ip),
+            plan.pool.as_deref(),
+            node,
+            "L2Advertisement",
+        );
         if *why == planner::NotEligible::CannotAnswer
             && let Some(summary) = objects
                 .speaker_config(node)
@@ -502,7 +508,7 @@ fn layer2_verdict(
         )),
         Err(why) => v
             .reasons
-            .push(words::not_announced(*why, plan.pool.as_deref())),
+            .push(words::not_announced(*why, ip, plan.pool.as_deref())),
     }
 }
 
@@ -523,6 +529,7 @@ fn bgp_verdict(
         v.reasons.push(words::not_eligible(
             planner::NotEligible::SpeakerNotLive,
             None,
+            None,
             node,
             "BGPAdvertisement",
         ));
@@ -542,7 +549,9 @@ fn bgp_verdict(
         ));
         return;
     };
-    let routes = service_routes(&bgp_node, &snapshot.pools, &bgp.advertisements, info);
+    // This address's own decision: a dual-stack Service's other address may go out from the
+    // node when this one may not (endpoints count per family).
+    let routes = address_routes(&bgp_node, &snapshot.pools, &bgp.advertisements, info, ip);
     let own: BTreeSet<&str> = routes
         .routes
         .iter()
@@ -559,8 +568,13 @@ fn bgp_verdict(
             .iter()
             .find(|p| p.contains(ip))
             .map(|p| p.name.as_str());
-        v.reasons
-            .push(words::not_eligible(why, pool, node, "BGPAdvertisement"));
+        v.reasons.push(words::not_eligible(
+            why,
+            Some(ip),
+            pool,
+            node,
+            "BGPAdvertisement",
+        ));
         return;
     }
     let sessions = objects.sessions_of(node);

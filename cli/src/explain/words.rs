@@ -1,13 +1,33 @@
 //! Every planner reason in words, with the planner's own label as its code.
 
+use std::net::IpAddr;
+
 use ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB;
 use ferrolb_speaker::planner::{NotAnnounced, NotEligible};
 
 use super::Reason;
 
-/// Why `node` may not announce an address of pool `pool` in the mode whose advertisement kind
-/// is `kind` (`L2Advertisement` or `BGPAdvertisement`).
-pub fn not_eligible(why: NotEligible, pool: Option<&str>, node: &str, kind: &str) -> Reason {
+/// The endpoints that serve `ip`, in words: those of its family (`ready IPv4 endpoint`), as
+/// kube-proxy counts them; any when the address is not known.
+fn ready_endpoint(ip: Option<IpAddr>) -> &'static str {
+    match ip {
+        Some(IpAddr::V4(_)) => "ready IPv4 endpoint",
+        Some(IpAddr::V6(_)) => "ready IPv6 endpoint",
+        None => "ready endpoint",
+    }
+}
+
+/// Why `node` may not announce `ip` (when one address is explained), an address of pool
+/// `pool`, in the mode whose advertisement kind is `kind` (`L2Advertisement` or
+/// `BGPAdvertisement`).
+pub fn not_eligible(
+    why: NotEligible,
+    ip: Option<IpAddr>,
+    pool: Option<&str>,
+    node: &str,
+    kind: &str,
+) -> Reason {
+    let endpoint = ready_endpoint(ip);
     let pool = pool.map_or_else(|| "its pool".to_string(), |p| format!("pool `{p}`"));
     let mode = if kind == "L2Advertisement" {
         "layer 2"
@@ -32,10 +52,10 @@ pub fn not_eligible(why: NotEligible, pool: Option<&str>, node: &str, kind: &str
             format!("{mode}: no {kind} of {pool} selects this Service (their serviceSelectors)")
         }
         NotEligible::NoLocalEndpoint => format!(
-            "{mode}: externalTrafficPolicy is Local and no ready endpoint of the Service runs on {node}"
+            "{mode}: externalTrafficPolicy is Local and no {endpoint} of the Service runs on {node}"
         ),
         NotEligible::NoReadyEndpoints => {
-            format!("{mode}: the Service has no ready endpoint on any node")
+            format!("{mode}: the Service has no {endpoint} on any node")
         }
         NotEligible::CannotAnswer => format!(
             "{mode}: the node's speaker reported that it has no usable interface for the address"
@@ -44,8 +64,8 @@ pub fn not_eligible(why: NotEligible, pool: Option<&str>, node: &str, kind: &str
     Reason::new(why.label(), message)
 }
 
-/// Why nobody announces an address over layer 2.
-pub fn not_announced(why: NotAnnounced, pool: Option<&str>) -> Reason {
+/// Why nobody announces `ip`, an address of pool `pool`, over layer 2.
+pub fn not_announced(why: NotAnnounced, ip: IpAddr, pool: Option<&str>) -> Reason {
     let pool = pool.map_or_else(|| "its pool".to_string(), |p| format!("pool `{p}`"));
     let message = match why {
         NotAnnounced::NotInAnyPool => "layer 2: the address lies in no ready IPAddressPool".into(),
@@ -55,9 +75,10 @@ pub fn not_announced(why: NotAnnounced, pool: Option<&str>) -> Reason {
         NotAnnounced::NoServiceSelected => format!(
             "layer 2: the L2Advertisements of {pool} select no Service holding the address (serviceSelectors)"
         ),
-        NotAnnounced::NoReadyEndpoints => {
-            "layer 2: no Service on the address has a ready endpoint".into()
-        }
+        NotAnnounced::NoReadyEndpoints => format!(
+            "layer 2: no Service on the address has a {}",
+            ready_endpoint(Some(ip))
+        ),
         NotAnnounced::NoEligibleNode => {
             "layer 2: no node may answer for it (each node's reason is listed)".into()
         }

@@ -43,14 +43,31 @@ pub fn cluster_ip_service(ns: &str, name: &str) -> Service {
     .unwrap()
 }
 
-/// An EndpointSlice of Service `service` with one endpoint per (node, ready).
+/// An `IPv4` EndpointSlice of Service `service` with one endpoint per (node, ready).
 pub fn slice(ns: &str, name: &str, service: &str, endpoints: &[(&str, bool)]) -> EndpointSlice {
+    slice_of("IPv4", ns, name, service, endpoints)
+}
+
+/// An EndpointSlice of `address_type` (`IPv4`, `IPv6`, `FQDN`) of Service `service` with one
+/// endpoint per (node, ready).
+pub fn slice_of(
+    address_type: &str,
+    ns: &str,
+    name: &str,
+    service: &str,
+    endpoints: &[(&str, bool)],
+) -> EndpointSlice {
     let endpoints: Vec<_> = endpoints
         .iter()
         .enumerate()
         .map(|(i, (node, ready))| {
+            let address = match address_type {
+                "IPv6" => format!("fd00:244::{:x}", i + 1),
+                "FQDN" => format!("backend-{}.example.com", i + 1),
+                _ => format!("10.244.0.{}", i + 1),
+            };
             json!({
-                "addresses": [format!("10.244.0.{}", i + 1)],
+                "addresses": [address],
                 "nodeName": node,
                 "conditions": {"ready": ready, "serving": ready, "terminating": false},
             })
@@ -62,7 +79,7 @@ pub fn slice(ns: &str, name: &str, service: &str, endpoints: &[(&str, bool)]) ->
             "name": name,
             "labels": {"kubernetes.io/service-name": service},
         },
-        "addressType": "IPv4",
+        "addressType": address_type,
         "endpoints": endpoints,
     }))
     .unwrap()

@@ -6,13 +6,19 @@
 //! selects the address's pool, the Service (`serviceSelectors`) and this node, names the peer
 //! (or names none), the peer's own
 //! `nodeSelectors` select this node, the node may announce at all (not excluded, network
-//! available), and the Service has a usable endpoint (on this node, for
-//! `externalTrafficPolicy: Local`).
+//! available), and the Service has a usable endpoint of the address's family (on this node,
+//! for `externalTrafficPolicy: Local`).
 //!
 //! A peer with `announceAllNodes` also gets, from each node its `nodeSelectors` select, a path
 //! through every other node that may carry the address (ready, not excluded, selected by the
-//! advertisement, with a local endpoint under `externalTrafficPolicy: Local`), its `InternalIP`
-//! as next hop ([`Route::next_hop`]); the session sends them with ADD-PATH.
+//! advertisement, with a local endpoint of the address's family under
+//! `externalTrafficPolicy: Local`), its `InternalIP` as next hop ([`Route::next_hop`]); the
+//! session sends them with ADD-PATH.
+//!
+//! Endpoints count per family, as kube-proxy counts them ([`super::eligibility`]): each
+//! address of a dual-stack Service is decided on its own, so a `Local` Service's IPv4 address
+//! goes out from the nodes with an IPv4 endpoint and its IPv6 address from those with an IPv6
+//! one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -164,8 +170,9 @@ impl<'a> BgpNode<'a> {
         }
     }
 
-    /// The next hops of the other nodes that may carry `ip` of `svc` under `adv`: their
-    /// `InternalIP` of `ip`'s family.
+    /// The next hops of the other nodes that may carry `ip` of `svc` under `adv` (with an
+    /// endpoint of `ip`'s family under `externalTrafficPolicy: Local`): their `InternalIP` of
+    /// `ip`'s family.
     fn other_next_hops(
         &self,
         svc: &ServiceInfo,
@@ -175,7 +182,7 @@ impl<'a> BgpNode<'a> {
         self.others
             .iter()
             .filter(|n| ferrolb_api::selector::any_matches(&adv.node_selectors, &n.labels))
-            .filter(|n| service_may_use(svc, &n.name).is_ok())
+            .filter(|n| service_may_use(svc, &n.name, ip).is_ok())
             .filter_map(|n| {
                 n.addresses
                     .iter()
@@ -212,37 +219,70 @@ pub struct ServiceRoutes {
     pub announced_to: Result<BTreeSet<String>, NotEligible>,
 }
 
-/// What `svc` contributes to `node`'s announcements.
+/// What `svc` contributes to `node`'s announcements: the routes of each of its addresses. It
+/// is announced to a peer when any of its addresses is. When none goes anywhere, the reason is
+/// its first address's (the lowest: IPv4 before IPv6): this node's own when that address may
+/// not go out from it (excluded, no endpoint of its family...), else the most specific one
+/// from the configuration among the addresses that may (a node selector before a service
+/// selector before no advertisement at all).
 pub fn service_routes(
     node: &BgpNode<'_>,
     pools: &[PoolInfo],
     advertisements: &[BgpAdvertisementInfo],
     svc: &ServiceInfo,
 ) -> ServiceRoutes {
+    routes_of(node, pools, advertisements, svc, &svc.ingress)
+}
+
+/// What `ip`, an address of `svc`, contributes to `node`'s announcements on its own: its
+/// routes, and the peers they go to or why none (for `ferrolb explain`, which explains one
+/// address at a time).
+pub fn address_routes(
+    node: &BgpNode<'_>,
+    pools: &[PoolInfo],
+    advertisements: &[BgpAdvertisementInfo],
+    svc: &ServiceInfo,
+    ip: IpAddr,
+) -> ServiceRoutes {
+    routes_of(node, pools, advertisements, svc, &[ip])
+}
+
+/// What the addresses `ips` of `svc` contribute (see [`service_routes`]).
+fn routes_of(
+    node: &BgpNode<'_>,
+    pools: &[PoolInfo],
+    advertisements: &[BgpAdvertisementInfo],
+    svc: &ServiceInfo,
+    ips: &[IpAddr],
+) -> ServiceRoutes {
     let mut out = ServiceRoutes {
         routes: Vec::new(),
         announced_to: Err(NotEligible::NoMatchingAdvertisement),
     };
-    // Whether this node's own path may go out; a peer with `announceAllNodes` still carries
-    // the other nodes' paths when it may not.
-    let own = node
-        .may_announce
-        .and_then(|_| service_may_use(svc, node.name));
-    if let Err(why) = own
-        && node.others.is_empty()
-    {
-        out.announced_to = Err(why);
-        return out;
-    }
+    // Whether this node's own path of an address may go out, once per family (endpoints count
+    // per family); a peer with `announceAllNodes` still carries the other nodes' paths when it
+    // may not.
+    let mut own_by_family: [Option<Result<(), NotEligible>>; 2] = [None, None];
+    let mut own_of = |ip: IpAddr| {
+        *own_by_family[usize::from(ip.is_ipv6())].get_or_insert_with(|| {
+            node.may_announce
+                .and_then(|_| service_may_use(svc, node.name, ip))
+        })
+    };
+    let first_own = ips.first().map(|ip| own_of(*ip));
     let mut announced_to = BTreeSet::new();
-    let mut why_not = own.err().unwrap_or(NotEligible::NoMatchingAdvertisement);
-    for ip in &svc.ingress {
+    let mut why_not = NotEligible::NoMatchingAdvertisement;
+    for ip in ips {
+        let own = own_of(*ip);
+        if own.is_err() && node.others.is_empty() {
+            continue;
+        }
         let Some(pool) = pools.iter().find(|p| p.contains(*ip)) else {
             continue;
         };
         for adv in advertisements.iter().filter(|a| a.selects_pool(pool)) {
             if !selects_service(&adv.service_selectors, &svc.labels) {
-                if why_not == NotEligible::NoMatchingAdvertisement {
+                if own.is_ok() && why_not == NotEligible::NoMatchingAdvertisement {
                     why_not = NotEligible::ServiceSelectorMismatch;
                 }
                 continue;
@@ -282,7 +322,10 @@ pub fn service_routes(
         }
     }
     out.announced_to = if announced_to.is_empty() {
-        Err(why_not)
+        Err(match first_own {
+            Some(Err(own)) => own,
+            _ => why_not,
+        })
     } else {
         Ok(announced_to)
     };
@@ -354,18 +397,22 @@ pub fn plan_bgp(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::input::{EndpointInfo, ServiceInfo};
+    use crate::planner::input::{AddressType, EndpointInfo, ServiceInfo};
     use ferrolb_api::validate::AddressRange;
 
-    fn endpoint(node: &str) -> EndpointInfo {
+    /// A ready endpoint on `node` from an EndpointSlice of `address_type`.
+    fn endpoint(node: &str, address_type: AddressType) -> EndpointInfo {
         EndpointInfo {
             node_name: Some(node.into()),
             ready: Some(true),
             serving: Some(true),
             terminating: Some(false),
+            address_type,
         }
     }
 
+    /// Nodes a and b, one dual-stack Service `default/web` (10.99.5.7, fd00:99:5::7) with an
+    /// endpoint of each family on each of `endpoints_on`.
     fn snapshot(me: &str, local: bool, endpoints_on: &[&str]) -> Snapshot {
         let pool = PoolInfo {
             name: "public".into(),
@@ -382,7 +429,15 @@ mod tests {
                 "fd00:99:5::7".parse().unwrap(),
             ],
             local_traffic_policy: local,
-            endpoints: endpoints_on.iter().map(|n| endpoint(n)).collect(),
+            endpoints: endpoints_on
+                .iter()
+                .flat_map(|n| {
+                    [
+                        endpoint(n, AddressType::Ipv4),
+                        endpoint(n, AddressType::Ipv6),
+                    ]
+                })
+                .collect(),
             labels: Default::default(),
         };
         let nodes = ["a", "b"]
@@ -566,6 +621,130 @@ mod tests {
                 "fd00:99:5::7/128 via fd00:99::12"
             ]
         );
+    }
+
+    /// [`three_nodes`] with the Service's IPv4 endpoints on `v4_on` and its IPv6 ones on
+    /// `v6_on`.
+    fn split_stack(me: &str, local: bool, v4_on: &[&str], v6_on: &[&str]) -> Snapshot {
+        let mut s = three_nodes(me, local, &[]);
+        s.services[0].endpoints = v4_on
+            .iter()
+            .map(|n| endpoint(n, AddressType::Ipv4))
+            .chain(v6_on.iter().map(|n| endpoint(n, AddressType::Ipv6)))
+            .collect();
+        s
+    }
+
+    #[test]
+    fn a_local_services_ipv4_address_goes_out_only_from_nodes_with_a_ready_ipv4_endpoint() {
+        let web = ServiceKey::new("default", "web");
+        let from = |me: &str| plan_bgp(&split_stack(me, true, &["a"], &["c"]), &[adv()], &peers());
+        assert_eq!(paths(&from("a"), "tor"), ["10.99.5.7/32 via self"]);
+        let c = from("c");
+        assert_eq!(paths(&c, "tor"), ["fd00:99:5::7/128 via self"]);
+        assert_eq!(c.per_service[&web], BTreeSet::from(["tor".to_string()]));
+        let b = from("b");
+        assert!(b.per_peer["tor"].is_empty());
+        assert_eq!(b.not_announced[&web], NotEligible::NoLocalEndpoint);
+    }
+
+    #[test]
+    fn a_peer_announcing_all_nodes_gets_each_address_through_the_nodes_with_an_endpoint_of_its_family()
+     {
+        let s = split_stack("b", true, &["a"], &["c"]);
+        let plan = plan_bgp(&s, &[adv()], &all_nodes_peer());
+        assert_eq!(
+            paths(&plan, "rr"),
+            [
+                "10.99.5.7/32 via 10.99.0.11",
+                "fd00:99:5::7/128 via fd00:99::13"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_address_of_a_family_without_endpoints_is_not_announced() {
+        let web = ServiceKey::new("default", "web");
+        // Only IPv6 endpoints: kube-proxy has no rule for the IPv4 address, whatever the policy.
+        for local in [false, true] {
+            let plan = plan_bgp(&split_stack("c", local, &[], &["c"]), &[adv()], &peers());
+            assert_eq!(
+                paths(&plan, "tor"),
+                ["fd00:99:5::7/128 via self"],
+                "local={local}"
+            );
+        }
+        // Nor through the other nodes.
+        let plan = plan_bgp(
+            &split_stack("a", false, &[], &["c"]),
+            &[adv()],
+            &all_nodes_peer(),
+        );
+        assert!(
+            paths(&plan, "rr").iter().all(|p| p.starts_with("fd00:")),
+            "{:?}",
+            paths(&plan, "rr")
+        );
+        // A Service whose addresses are all of a family without endpoints is not announced.
+        let mut s = split_stack("a", false, &[], &["a"]);
+        s.services[0].ingress.retain(IpAddr::is_ipv4);
+        let plan = plan_bgp(&s, &[adv()], &peers());
+        assert!(plan.per_peer["tor"].is_empty());
+        assert_eq!(plan.not_announced[&web], NotEligible::NoReadyEndpoints);
+    }
+
+    #[test]
+    fn endpoints_of_an_fqdn_slice_serve_no_address() {
+        let mut s = snapshot("a", false, &[]);
+        s.services[0].endpoints = vec![endpoint("a", AddressType::Other)];
+        let plan = plan_bgp(&s, &[adv()], &peers());
+        assert!(plan.per_peer["tor"].is_empty());
+        assert_eq!(
+            plan.not_announced[&ServiceKey::new("default", "web")],
+            NotEligible::NoReadyEndpoints
+        );
+    }
+
+    #[test]
+    fn a_service_announced_nowhere_gives_its_first_addresss_reason() {
+        let web = ServiceKey::new("default", "web");
+        let elsewhere = BgpAdvertisementInfo {
+            node_selectors: vec![LabelSelector {
+                match_labels: Some([("rack".to_string(), "9".to_string())].into()),
+                ..Default::default()
+            }],
+            ..adv()
+        };
+        // The IPv4 address has no endpoint; the IPv6 one would go but for the node selector.
+        let plan = plan_bgp(
+            &split_stack("a", false, &[], &["a"]),
+            std::slice::from_ref(&elsewhere),
+            &peers(),
+        );
+        assert_eq!(plan.not_announced[&web], NotEligible::NoReadyEndpoints);
+        // The other way round, the IPv4 address's reason is the configuration's.
+        let plan = plan_bgp(
+            &split_stack("a", false, &["a"], &[]),
+            &[elsewhere],
+            &peers(),
+        );
+        assert_eq!(plan.not_announced[&web], NotEligible::NodeSelectorMismatch);
+    }
+
+    #[test]
+    fn one_address_is_explained_with_its_own_reason() {
+        let s = split_stack("c", true, &["a"], &["c"]);
+        let peers = peers();
+        let node = BgpNode::new("c", &s.nodes, &peers);
+        let svc = &s.services[0];
+        let all = service_routes(&node, &s.pools, &[adv()], svc);
+        assert_eq!(all.announced_to, Ok(BTreeSet::from(["tor".to_string()])));
+        let v4 = address_routes(&node, &s.pools, &[adv()], svc, svc.ingress[0]);
+        assert!(v4.routes.is_empty());
+        assert_eq!(v4.announced_to, Err(NotEligible::NoLocalEndpoint));
+        let v6 = address_routes(&node, &s.pools, &[adv()], svc, svc.ingress[1]);
+        assert_eq!(v6.routes.len(), 1);
+        assert!(v6.announced_to.is_ok());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use super::input::{
-    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
+    AddressType, EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
 };
 use crate::cluster::ServiceRec;
 use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
@@ -74,11 +74,13 @@ pub fn service_info(
     })
 }
 
-/// The endpoints of one EndpointSlice; `intern` gives the shared copy of a node name.
+/// The endpoints of one EndpointSlice, each with the slice's `addressType`; `intern` gives the
+/// shared copy of a node name.
 pub fn endpoints(
     slice: &EndpointSlice,
     intern: &mut dyn FnMut(&str) -> std::sync::Arc<str>,
 ) -> Vec<EndpointInfo> {
+    let address_type = AddressType::of(&slice.address_type);
     slice
         .endpoints
         .iter()
@@ -89,6 +91,7 @@ pub fn endpoints(
                 ready: c.and_then(|c| c.ready),
                 serving: c.and_then(|c| c.serving),
                 terminating: c.and_then(|c| c.terminating),
+                address_type,
             }
         })
         .collect()

@@ -27,7 +27,7 @@ use std::net::IpAddr;
 
 use super::NotAnnounced;
 use super::bgp::{BgpNode, PathKey, ServiceRoutes, merge_routes, service_routes};
-use super::eligibility::{NotEligible, node_may_announce};
+use super::eligibility::{NotEligible, node_may_announce, nodes_serving};
 use super::input::{HoldDown, L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
 use super::l2::{Interfaces, applying};
 use crate::bgp::config::{Advertisement, RouteAttrs};
@@ -287,7 +287,7 @@ impl L2Tracker {
         let covering: Vec<&L2AdvertisementInfo> =
             pc.advertisements.iter().map(|i| &config.l2[*i]).collect();
         let held: Vec<&ServiceInfo> = services.iter().collect();
-        let applying = match applying(&covering, &held) {
+        let applying = match applying(&covering, &held, ip) {
             Ok(a) => a,
             Err(why) => {
                 d.owner = Err(why);
@@ -310,18 +310,13 @@ impl L2Tracker {
             Some(nodes) => nodes.contains(n),
             None => pc.nodes.contains(n),
         };
-        // With `externalTrafficPolicy: Local`, only nodes with a usable endpoint of every such
-        // Service on the address: walk those (few) instead of every node.
+        // With `externalTrafficPolicy: Local`, only nodes with a usable endpoint (of the
+        // address's family) of every such Service on the address: walk those (few) instead of
+        // every node.
         let local_sets: Vec<BTreeSet<&str>> = serving
             .iter()
             .filter(|s| s.local_traffic_policy)
-            .map(|s| {
-                s.endpoints
-                    .iter()
-                    .filter(|e| e.usable())
-                    .filter_map(|e| e.node_name.as_deref())
-                    .collect()
-            })
+            .map(|s| nodes_serving(s, ip).collect())
             .collect();
         let allowed = |n: &str| {
             in_pool(n)

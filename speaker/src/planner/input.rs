@@ -77,9 +77,43 @@ pub fn selects_service(selectors: &[LabelSelector], labels: &ServiceLabels) -> b
             .any(|s| ferrolb_api::selector::matches_with(s, |k| labels.get(k)))
 }
 
+/// The family of an EndpointSlice (`addressType`), which its endpoints serve: kube-proxy
+/// programs each family of a Service's addresses from the slices of that family only, so an
+/// endpoint counts for the addresses of its slice's family and for no other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AddressType {
+    /// `IPv4`: serves the Service's IPv4 addresses.
+    Ipv4,
+    /// `IPv6`: serves the Service's IPv6 addresses.
+    Ipv6,
+    /// `FQDN`, or a type this version does not know: kube-proxy ignores such slices, so their
+    /// endpoints serve no address.
+    Other,
+}
+
+impl AddressType {
+    /// The type named by an EndpointSlice's `addressType`.
+    pub fn of(address_type: &str) -> Self {
+        match address_type {
+            "IPv4" => AddressType::Ipv4,
+            "IPv6" => AddressType::Ipv6,
+            _ => AddressType::Other,
+        }
+    }
+
+    /// Whether endpoints of this type serve `ip` (it is of their family).
+    pub fn serves(self, ip: IpAddr) -> bool {
+        match self {
+            AddressType::Ipv4 => ip.is_ipv4(),
+            AddressType::Ipv6 => ip.is_ipv6(),
+            AddressType::Other => false,
+        }
+    }
+}
+
 /// One endpoint of an EndpointSlice, with the conditions as Kubernetes defines them: an absent
 /// `ready` or `serving` means true, an absent `terminating` means false.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointInfo {
     /// `nodeName`: where the endpoint runs (shared: the model keeps one copy per node name).
     pub node_name: Option<std::sync::Arc<str>>,
@@ -89,6 +123,8 @@ pub struct EndpointInfo {
     pub serving: Option<bool>,
     /// `conditions.terminating`.
     pub terminating: Option<bool>,
+    /// Its slice's `addressType`: the family of the Service's addresses it serves.
+    pub address_type: AddressType,
 }
 
 impl EndpointInfo {
@@ -98,6 +134,12 @@ impl EndpointInfo {
         let serving = self.serving.unwrap_or(ready);
         let terminating = self.terminating.unwrap_or(false);
         ready || (serving && !terminating)
+    }
+
+    /// Whether traffic for the Service address `ip` may be sent to it: usable and of `ip`'s
+    /// family (kube-proxy forwards an address only to endpoints of its family).
+    pub fn serves(&self, ip: IpAddr) -> bool {
+        self.address_type.serves(ip) && self.usable()
     }
 }
 

@@ -2,6 +2,9 @@
 //! the interfaces to answer on. Pure: no I/O, no clock.
 //!
 //! # Rules
+//! - Endpoints count per family, as kube-proxy counts them ([`super::eligibility`]): for an
+//!   IPv4 address only the endpoints of `IPv4` EndpointSlices, for an IPv6 address only those
+//!   of `IPv6` ones. "A usable endpoint" below is one of the address's family.
 //! - An address is announced only when it lies in a ready pool, an `L2Advertisement` covers
 //!   that pool and selects (`serviceSelectors`) at least one Service holding it, and at least
 //!   one selected Service has a usable endpoint somewhere.
@@ -51,7 +54,7 @@ pub enum NotAnnounced {
     /// Advertisements cover the pool, but their `serviceSelectors` select no Service holding
     /// the address.
     NoServiceSelected,
-    /// No Service on the address has a usable endpoint.
+    /// No Service on the address has a usable endpoint of its family.
     NoReadyEndpoints,
     /// Every node is ineligible (see [`AddressPlan::not_eligible`]).
     NoEligibleNode,
@@ -164,7 +167,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         .iter()
         .filter(|a| a.selects_pool(pool))
         .collect();
-    let (advs, serving) = match applying(&covering, services) {
+    let (advs, serving) = match applying(&covering, services, ip) {
         Ok(a) => {
             out.not_selected = a.not_selected;
             (
@@ -198,7 +201,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
                 return Err(NotEligible::NodeSelectorMismatch);
             }
             for svc in &serving {
-                service_may_use(svc, name)?;
+                service_may_use(svc, name, ip)?;
             }
             if !snapshot.live_speakers.contains(name) {
                 return Err(NotEligible::SpeakerNotLive);
@@ -246,20 +249,21 @@ pub(super) struct Applying<'s> {
     /// Positions (in the covering advertisements) of those that apply.
     pub advertisements: Vec<usize>,
     /// The Services on the address that an applying advertisement selects and that have a
-    /// usable endpoint.
+    /// usable endpoint of its family.
     pub serving: Vec<&'s ServiceInfo>,
     /// The Services on the address that no covering advertisement selects: reachable through
     /// it all the same, since the address is announced for the others.
     pub not_selected: Vec<ServiceKey>,
 }
 
-/// The advertisements of `covering` (those covering the address's pool) that apply to an
-/// address held by `services`, and the Services announced on it: the selected ones with a
-/// usable endpoint. An advertisement applies when it selects one of those. Both planners
-/// decide with this.
+/// The advertisements of `covering` (those covering the address's pool) that apply to `ip`,
+/// held by `services`, and the Services announced on it: the selected ones with a usable
+/// endpoint of `ip`'s family. An advertisement applies when it selects one of those. Both
+/// planners decide with this.
 pub(super) fn applying<'s>(
     covering: &[&L2AdvertisementInfo],
     services: &[&'s ServiceInfo],
+    ip: IpAddr,
 ) -> Result<Applying<'s>, NotAnnounced> {
     if covering.is_empty() {
         return Err(NotAnnounced::NoMatchingAdvertisement);
@@ -273,7 +277,7 @@ pub(super) fn applying<'s>(
     }
     let serving: Vec<&'s ServiceInfo> = selected
         .into_iter()
-        .filter(|s| has_usable_endpoints(s))
+        .filter(|s| has_usable_endpoints(s, ip))
         .collect();
     if serving.is_empty() {
         return Err(NotAnnounced::NoReadyEndpoints);

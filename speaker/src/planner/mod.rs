@@ -6,7 +6,8 @@
 //!   so tests and the BGP planner build them without Kubernetes objects.
 //! - [`convert`]: small functions from `k8s-openapi` / `ferrolb-api` objects to those structs.
 //! - [`eligibility`]: the node checks shared by layer 2 and BGP (exclusion label,
-//!   `NetworkUnavailable`, local endpoints for `externalTrafficPolicy: Local`).
+//!   `NetworkUnavailable`, usable endpoints of the address's family, local ones for
+//!   `externalTrafficPolicy: Local`).
 //! - [`l2`]: the layer-2 plan: advertisement matching, owner election, interfaces.
 
 pub mod bgp;
@@ -18,8 +19,8 @@ pub mod l2;
 
 pub use eligibility::NotEligible;
 pub use input::{
-    EndpointInfo, HoldDown, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
-    ServiceLabels, Snapshot,
+    AddressType, EndpointInfo, HoldDown, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo,
+    ServiceKey, ServiceLabels, Snapshot,
 };
 pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
 

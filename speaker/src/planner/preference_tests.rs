@@ -37,7 +37,9 @@ fn world(this: &str, n: u32) -> Snapshot {
                 .map(|node| EndpointInfo {
                     node_name: Some((*node).into()),
                     ready: Some(true),
-                    ..Default::default()
+                    serving: None,
+                    terminating: None,
+                    address_type: AddressType::Ipv4,
                 })
                 .collect(),
             labels: Default::default(),

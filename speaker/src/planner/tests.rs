@@ -1,7 +1,8 @@
-use super::convert::{l2_advertisement_info, node_info, pool_infos, service_info};
+use super::convert::{self, l2_advertisement_info, node_info, pool_infos, service_info};
 use super::*;
 use crate::l2::election;
 use ferrolb_api::validate::AddressRange;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -26,12 +27,28 @@ fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
     }
 }
 
+/// A ready endpoint on `node` from an `IPv4` EndpointSlice.
 fn ready_on(node: &str) -> EndpointInfo {
+    ready_of(AddressType::Ipv4, node)
+}
+
+/// A ready endpoint on `node` from an EndpointSlice of `address_type`.
+fn ready_of(address_type: AddressType, node: &str) -> EndpointInfo {
     EndpointInfo {
         node_name: Some(node.into()),
         ready: Some(true),
-        ..Default::default()
+        serving: None,
+        terminating: None,
+        address_type,
     }
+}
+
+/// A ready endpoint of each family on `node`.
+fn dual_stack_on(node: &str) -> [EndpointInfo; 2] {
+    [
+        ready_of(AddressType::Ipv4, node),
+        ready_of(AddressType::Ipv6, node),
+    ]
 }
 
 fn svc(name: &str, ips: &[&str], local: bool, endpoints: Vec<EndpointInfo>) -> ServiceInfo {
@@ -86,7 +103,7 @@ fn web() -> ServiceInfo {
         "web",
         &["10.99.0.100", "fd00:99::100"],
         false,
-        vec![ready_on("node-a")],
+        dual_stack_on("node-a").into(),
     )
 }
 
@@ -160,6 +177,7 @@ fn a_service_without_usable_endpoints_is_not_announced() {
         ready: Some(false),
         serving: Some(true),
         terminating: Some(true),
+        address_type: AddressType::Ipv4,
     };
     let s = cluster(
         "node-a",
@@ -178,6 +196,7 @@ fn a_serving_endpoint_that_is_not_terminating_counts_as_usable() {
         ready: Some(false),
         serving: Some(true),
         terminating: Some(false),
+        address_type: AddressType::Ipv4,
     };
     let s = cluster(
         "node-b",
@@ -293,7 +312,7 @@ fn endpoints_elsewhere_do_not_make_a_local_policy_node_eligible() {
         ready_on("node-b"),
         EndpointInfo {
             node_name: None,
-            ..Default::default()
+            ..ready_on("node-a")
         },
     ];
     let s = cluster("node-a", vec![svc("l", &["10.99.0.50"], true, eps)]);
@@ -309,6 +328,117 @@ fn a_shared_address_needs_a_node_every_service_behind_it_can_use() {
     let a = &plan_l2(&s).addresses[&ip("10.99.0.60")];
     assert_eq!(a.services.len(), 2);
     assert_eq!(a.owner.as_deref(), Ok("node-c"));
+}
+
+#[test]
+fn a_local_services_ipv4_address_goes_only_to_nodes_with_a_ready_ipv4_endpoint() {
+    let eps = vec![
+        ready_of(AddressType::Ipv4, "node-a"),
+        ready_of(AddressType::Ipv6, "node-c"),
+    ];
+    let s = cluster(
+        "node-c",
+        vec![svc("l", &["10.99.0.50", "fd00:99::50"], true, eps)],
+    );
+    let plan = plan_l2(&s);
+    let v4 = &plan.addresses[&ip("10.99.0.50")];
+    assert_eq!(v4.candidates, ["node-a"]);
+    assert_eq!(
+        v4.not_eligible.get("node-c"),
+        Some(&NotEligible::NoLocalEndpoint),
+        "an IPv6 endpoint does not serve the IPv4 address"
+    );
+    let v6 = &plan.addresses[&ip("fd00:99::50")];
+    assert_eq!(v6.candidates, ["node-c"]);
+    assert_eq!(
+        v6.not_eligible.get("node-a"),
+        Some(&NotEligible::NoLocalEndpoint)
+    );
+    let owned: Vec<IpAddr> = plan.owned.keys().copied().collect();
+    assert_eq!(owned, [ip("fd00:99::50")]);
+}
+
+#[test]
+fn an_address_of_a_family_without_endpoints_is_not_announced() {
+    // Only IPv6 endpoints: kube-proxy has no rule for the IPv4 address, whatever the policy.
+    for local in [false, true] {
+        let eps = vec![ready_of(AddressType::Ipv6, "node-b")];
+        let s = cluster(
+            "node-b",
+            vec![svc("x", &["10.99.0.70", "fd00:99::70"], local, eps)],
+        );
+        let plan = plan_l2(&s);
+        assert_eq!(
+            plan.addresses[&ip("10.99.0.70")].owner,
+            Err(NotAnnounced::NoReadyEndpoints),
+            "local={local}"
+        );
+        assert!(
+            plan.addresses[&ip("fd00:99::70")].owner.is_ok(),
+            "local={local}"
+        );
+    }
+}
+
+#[test]
+fn endpoints_of_an_fqdn_slice_serve_no_address() {
+    let eps = vec![ready_of(AddressType::Other, "node-a")];
+    let s = cluster(
+        "node-a",
+        vec![svc("x", &["10.99.0.71", "fd00:99::71"], false, eps)],
+    );
+    let plan = plan_l2(&s);
+    for addr in ["10.99.0.71", "fd00:99::71"] {
+        assert_eq!(
+            plan.addresses[&ip(addr)].owner,
+            Err(NotAnnounced::NoReadyEndpoints),
+            "{addr}"
+        );
+    }
+}
+
+#[test]
+fn a_shared_address_needs_a_node_with_an_endpoint_of_its_family_for_every_local_service() {
+    // Both Services have an endpoint on node-a, but of the other family: only node-b runs an
+    // IPv4 endpoint of each.
+    let dual = svc(
+        "dual",
+        &["10.99.0.80", "fd00:99::80"],
+        true,
+        vec![
+            ready_of(AddressType::Ipv4, "node-b"),
+            ready_of(AddressType::Ipv6, "node-a"),
+        ],
+    );
+    let single = svc(
+        "single",
+        &["10.99.0.80"],
+        true,
+        vec![
+            ready_of(AddressType::Ipv4, "node-b"),
+            ready_of(AddressType::Ipv4, "node-c"),
+            ready_of(AddressType::Ipv6, "node-a"),
+        ],
+    );
+    let plan = plan_l2(&cluster("node-a", vec![dual, single]));
+    let a = &plan.addresses[&ip("10.99.0.80")];
+    assert_eq!(a.candidates, ["node-b"]);
+    assert_eq!(
+        a.not_eligible.get("node-a"),
+        Some(&NotEligible::NoLocalEndpoint)
+    );
+    assert_eq!(
+        plan.addresses[&ip("fd00:99::80")].owner.as_deref(),
+        Ok("node-a")
+    );
+}
+
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn an_endpoint_is_no_larger_for_knowing_its_family() {
+    // The speaker keeps the endpoints of every Service it announces: the family fits in the
+    // padding after the three conditions (24 bytes before it too).
+    assert_eq!(std::mem::size_of::<EndpointInfo>(), 24);
 }
 
 #[test]
@@ -346,7 +476,11 @@ fn every_node_computes_a_partition_of_the_announced_addresses() {
                 &format!("s{i}"),
                 &[&format!("10.99.0.{i}"), &format!("fd00:99::{i:x}")],
                 i % 3 == 0,
-                vec![ready_on(NODES[i % 3]), ready_on(NODES[(i + 1) % 3])],
+                [
+                    dual_stack_on(NODES[i % 3]),
+                    dual_stack_on(NODES[(i + 1) % 3]),
+                ]
+                .concat(),
             )
         })
         .collect();
@@ -408,6 +542,57 @@ fn a_service_merges_the_endpoints_of_all_its_slices_and_ignores_others() {
         nodes,
         vec![("node-a".into(), true), ("node-b".into(), false)]
     );
+}
+
+/// An EndpointSlice `name` of `shop/web` of `address_type` with one ready endpoint on `node`.
+fn slice_of(name: &str, address_type: &str, address: &str, node: &str) -> EndpointSlice {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": address_type,
+        "endpoints": [{"addresses": [address], "nodeName": node, "conditions": {"ready": true}}]
+    }))
+    .unwrap()
+}
+
+#[test]
+fn an_endpoint_takes_the_family_of_its_slices_address_type() {
+    for (address_type, address, want) in [
+        ("IPv4", "10.1.0.1", AddressType::Ipv4),
+        ("IPv6", "fd00:1::1", AddressType::Ipv6),
+        ("FQDN", "backend.example.com", AddressType::Other),
+        ("IPv5", "?", AddressType::Other),
+    ] {
+        let slice = slice_of("web-1", address_type, address, "node-a");
+        let eps = convert::endpoints(&slice, &mut |n| n.into());
+        assert_eq!(eps.len(), 1);
+        assert_eq!(eps[0].address_type, want, "{address_type}");
+    }
+}
+
+#[test]
+fn a_dual_stack_services_addresses_each_follow_the_slices_of_their_family() {
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "10.99.0.100"}, {"ip": "fd00:99::100"}]}}
+    }))
+    .unwrap();
+    let slices = vec![
+        slice_of("web-v4", "IPv4", "10.1.0.1", "node-a"),
+        slice_of("web-v6", "IPv6", "fd00:1::1", "node-c"),
+        slice_of("web-fqdn", "FQDN", "backend.example.com", "node-b"),
+    ];
+    let info = service_info(
+        &svc,
+        &slices,
+        ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS,
+        false,
+    )
+    .unwrap();
+    assert_eq!(info.endpoints.len(), 3);
+    let plan = plan_l2(&cluster("node-a", vec![info]));
+    assert_eq!(plan.addresses[&ip("10.99.0.100")].candidates, ["node-a"]);
+    assert_eq!(plan.addresses[&ip("fd00:99::100")].candidates, ["node-c"]);
 }
 
 #[test]

@@ -1220,7 +1220,8 @@ fn service_view(s: &Service) -> Option<ServiceView> {
 
 /// The kube-proxy stand-in: puts on each node's `lb0` the addresses of the Services that node
 /// accepts traffic for: all of them for `externalTrafficPolicy: Cluster`, and for `Local` only
-/// on nodes with a ready endpoint (elsewhere kube-proxy drops the traffic). Like kube-proxy it
+/// on nodes with a ready endpoint of the address's family (elsewhere kube-proxy drops the
+/// traffic: it programs each family from the EndpointSlices of that family). Like kube-proxy it
 /// watches Services and EndpointSlices; at most every 300 ms after a change it works out each
 /// node's addresses (linear in Services plus slices) and applies only what differs from what
 /// it applied last, so 10,000 Services cost nothing while nothing changes.
@@ -1273,8 +1274,9 @@ async fn proxy_stand_in(client: kube::Client, topo: Arc<Topology>) {
             continue;
         }
         seen = now;
-        // The nodes with a ready endpoint, per Service name.
-        let mut ready_on: HashMap<String, BTreeSet<String>> = HashMap::new();
+        // The nodes with a ready endpoint, per Service name and family (IPv6 or not); FQDN
+        // slices count for no family.
+        let mut ready_on: HashMap<(String, bool), BTreeSet<String>> = HashMap::new();
         for slice in slices.state() {
             let Some(name) = slice
                 .metadata
@@ -1284,7 +1286,12 @@ async fn proxy_stand_in(client: kube::Client, topo: Arc<Topology>) {
             else {
                 continue;
             };
-            let nodes = ready_on.entry(name.clone()).or_default();
+            let v6 = match slice.address_type.as_str() {
+                "IPv4" => false,
+                "IPv6" => true,
+                _ => continue,
+            };
+            let nodes = ready_on.entry((name.clone(), v6)).or_default();
             for e in &slice.endpoints {
                 let ready = e.conditions.as_ref().and_then(|c| c.ready) != Some(false);
                 if let (true, Some(node)) = (ready, &e.node_name) {
@@ -1297,10 +1304,12 @@ async fn proxy_stand_in(client: kube::Client, topo: Arc<Topology>) {
             let Some(view) = service_view(&s) else {
                 continue;
             };
-            let ready = ready_on.get(&view.name);
-            for (i, node) in NODE_NAMES.iter().enumerate() {
-                if !view.local || ready.is_some_and(|r| r.contains(*node)) {
-                    per_node[i].extend(view.ingress.iter().map(|(ip, _)| *ip));
+            for (ip, _) in &view.ingress {
+                let ready = ready_on.get(&(view.name.clone(), ip.is_ipv6()));
+                for (i, node) in NODE_NAMES.iter().enumerate() {
+                    if !view.local || ready.is_some_and(|r| r.contains(*node)) {
+                        per_node[i].insert(*ip);
+                    }
                 }
             }
         }

@@ -377,41 +377,50 @@ pub async fn service(client: kube::Client, name: &str, ips: &[IpAddr], local: bo
         .expect("the Service status is written");
 }
 
-/// Makes `service`'s EndpointSlice hold one endpoint per `(node, ready)`.
+/// Makes `service`'s EndpointSlices hold one endpoint per `(node, ready)`, in each family (an
+/// `IPv4` slice and an `IPv6` one, as the EndpointSlice controller writes them for a
+/// dual-stack Service): the speaker counts endpoints per family, as kube-proxy does.
 pub async fn endpoints(client: kube::Client, service: &str, at: &[(&str, bool)]) {
     let slices: Api<EndpointSlice> = Api::namespaced(client, "default");
-    let eps: Vec<Value> = at
-        .iter()
-        .enumerate()
-        .map(|(i, (node, ready))| {
-            json!({
-                "addresses": [format!("10.99.10.{}", 10 + i)],
-                "conditions": {"ready": ready, "serving": ready, "terminating": false},
-                "nodeName": node,
+    for (suffix, address_type) in [("1", "IPv4"), ("v6", "IPv6")] {
+        let eps: Vec<Value> = at
+            .iter()
+            .enumerate()
+            .map(|(i, (node, ready))| {
+                let address = if address_type == "IPv4" {
+                    format!("10.99.10.{}", 10 + i)
+                } else {
+                    format!("fd00:99:10::{:x}", 10 + i)
+                };
+                json!({
+                    "addresses": [address],
+                    "conditions": {"ready": ready, "serving": ready, "terminating": false},
+                    "nodeName": node,
+                })
             })
-        })
-        .collect();
-    let name = format!("{service}-1");
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default",
-                     "labels": {"kubernetes.io/service-name": service}},
-        "addressType": "IPv4", "endpoints": eps,
-        "ports": [{"port": 80, "protocol": "TCP"}],
-    }))
-    .expect("an EndpointSlice");
-    match slices.create(&PostParams::default(), &slice).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            slices
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "endpoints": eps })),
-                )
-                .await
-                .expect("the EndpointSlice is patched");
+            .collect();
+        let name = format!("{service}-{suffix}");
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": service}},
+            "addressType": address_type, "endpoints": eps,
+            "ports": [{"port": 80, "protocol": "TCP"}],
+        }))
+        .expect("an EndpointSlice");
+        match slices.create(&PostParams::default(), &slice).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                slices
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "endpoints": eps })),
+                    )
+                    .await
+                    .expect("the EndpointSlice is patched");
+            }
+            Err(e) => panic!("creating the EndpointSlice {name} of {service}: {e}"),
         }
-        Err(e) => panic!("creating the EndpointSlice of {service}: {e}"),
     }
 }
 

@@ -167,9 +167,20 @@ fn random_change(w: &mut World, rng: &mut StdRng) -> String {
                 })
                 .collect();
             let name = format!("{svc}-{}", rng.random_range(0..2));
-            w.cluster
-                .slice(Update::Apply(slice("default", &name, &svc, &eps)));
-            format!("slice {name} {eps:?}")
+            // Either family, now and then FQDN (which serves no address).
+            let address_type = match rng.random_range(0..10) {
+                0 => "FQDN",
+                1..5 => "IPv4",
+                _ => "IPv6",
+            };
+            w.cluster.slice(Update::Apply(slice_of(
+                address_type,
+                "default",
+                &name,
+                &svc,
+                &eps,
+            )));
+            format!("slice {name} {address_type} {eps:?}")
         }
         60..65 => {
             let name = format!("{svc}-{}", rng.random_range(0..2));
@@ -527,4 +538,51 @@ fn putting_this_node_on_standby_and_off_again_keeps_the_plans_equal_to_the_refer
     w.hold_down.standby.clear();
     w.step();
     w.check("node-a back");
+}
+
+#[test]
+fn a_dual_stack_local_services_addresses_follow_the_endpoints_of_their_own_family() {
+    let mut w = World::new("node-a");
+    let (v4, v6): (IpAddr, IpAddr) = ("10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap());
+    let owner = |w: &World, ip: IpAddr| w.l2.decision(ip).unwrap().owner.clone();
+    w.cluster.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.5", "fd00::5"],
+        true,
+    )));
+    for (address_type, name, node) in [("IPv4", "web-v4", "node-b"), ("IPv6", "web-v6", "node-c")] {
+        w.cluster.slice(Update::Apply(slice_of(
+            address_type,
+            "default",
+            name,
+            "web",
+            &[(node, true)],
+        )));
+    }
+    w.step();
+    w.check("one family per node");
+    assert_eq!(owner(&w, v4), Ok("node-b".to_string()));
+    assert_eq!(owner(&w, v6), Ok("node-c".to_string()));
+    w.cluster.slice(Update::Apply(slice_of(
+        "IPv6",
+        "default",
+        "web-v6",
+        "web",
+        &[("node-b", true)],
+    )));
+    w.step();
+    w.check("the IPv6 endpoint moved to node-b");
+    assert_eq!(owner(&w, v6), Ok("node-b".to_string()));
+    w.cluster.slice(Update::Delete(slice_of(
+        "IPv4",
+        "default",
+        "web-v4",
+        "web",
+        &[],
+    )));
+    w.step();
+    w.check("no IPv4 endpoint left");
+    assert_eq!(owner(&w, v4), Err(NotAnnounced::NoReadyEndpoints));
+    assert_eq!(owner(&w, v6), Ok("node-b".to_string()));
 }
