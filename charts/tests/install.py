@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--release", default="ferrolb")
     parser.add_argument("--set-json", action="append", default=[], metavar="KEY=JSON")
     parser.add_argument("--timeout", type=int, default=180)
+    parser.add_argument("--no-wait", action="store_true", help="return once the objects are created")
     args = parser.parse_args()
     try:
         import helm_python as helm
@@ -43,7 +44,8 @@ def main() -> int:
         with helm.Chart.load(str(CHART_DIR)) as chart, \
                 helm.Config(kubeconfig_path=args.kubeconfig, namespace=args.namespace) as config:
             release = config.install(chart, args.release, values, namespace=args.namespace,
-                                     create_namespace=True, wait="watcher", timeout=args.timeout)
+                                     create_namespace=True, wait=None if args.no_wait else "watcher",
+                                     timeout=args.timeout)
     except helm.HelmError as err:
         print(f"helm install: {err}", file=sys.stderr)
         return 1

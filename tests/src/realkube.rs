@@ -100,6 +100,10 @@ pub struct RealKubeConfig {
     pub netns: Option<String>,
     /// Whether to run kube-controller-manager (namespace deletion, EndpointSlices, GC).
     pub controller_manager: bool,
+    /// Whether real kubelets join: then kube-controller-manager also runs the node lifecycle
+    /// controller, which takes the `node.kubernetes.io/not-ready` taint off a Node once its
+    /// kubelet reports Ready (without it nothing is ever scheduled there).
+    pub kubelets: bool,
     /// `--service-cluster-ip-range`.
     pub service_cidrs: String,
     /// A directory for certificates, data and logs; a temporary one when `None`.
@@ -114,6 +118,7 @@ impl Default for RealKubeConfig {
             port: 0,
             netns: None,
             controller_manager: true,
+            kubelets: false,
             service_cidrs: "10.96.0.0/16,fd00:10:96::/108".into(),
             dir: None,
         }
@@ -272,7 +277,12 @@ impl RealKube {
                 ("--bind-address", config.address.to_string().into()),
                 ("--advertise-address", config.address.to_string().into()),
                 ("--secure-port", api_port.to_string().into()),
-                ("--endpoint-reconciler-type", "none".into()),
+                // Pods reach the API server through the `kubernetes` Service, whose endpoint
+                // the reconciler writes; without kubelets nothing needs it.
+                (
+                    "--endpoint-reconciler-type",
+                    if config.kubelets { "lease" } else { "none" }.into(),
+                ),
                 ("--tls-cert-file", p("server.crt")),
                 ("--tls-private-key-file", p("server.key")),
                 ("--client-ca-file", p("ca.crt")),
@@ -343,10 +353,16 @@ impl RealKube {
                 ("--use-service-account-credentials", "false".into()),
                 (
                     "--controllers",
-                    "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,\
-                     -persistentvolume-expander,-csrsigning,-csrapproving,-csrcleaner,-ttl,\
-                     -bootstrapsigner,-tokencleaner"
-                        .into(),
+                    if config.kubelets {
+                        "*,-nodeipam,-attachdetach,-persistentvolume-binder,\
+                         -persistentvolume-expander,-csrsigning,-csrapproving,-csrcleaner,-ttl,\
+                         -bootstrapsigner,-tokencleaner"
+                    } else {
+                        "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,\
+                         -persistentvolume-expander,-csrsigning,-csrapproving,-csrcleaner,-ttl,\
+                         -bootstrapsigner,-tokencleaner"
+                    }
+                    .into(),
                 ),
                 ("--v", "0".into()),
             ] {

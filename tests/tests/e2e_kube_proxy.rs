@@ -7,9 +7,12 @@
 //! cluster while `ipMode: Proxy` goes to the address on the wire.
 //!
 //! The mode comes from `FERROLB_KUBE_PROXY` (`iptables`, the default here, `nftables` or `ipvs`);
-//! `scripts/test` runs the suite once per mode this machine's kernel can run. Skipped with a
-//! printed reason when not root or when the real control plane or kube-proxy is not built
-//! (`scripts/realkube`), a failure instead under `FERROLB_REQUIRE_BINARIES=1`.
+//! `scripts/test` runs the suite once per mode this machine's kernel can run. With
+//! `FERROLB_LAB_CLUSTER=real` the same tests run on real nodes (`ferrolb-lab --cluster real`: a
+//! kubelet and containerd per node, FerroLB installed by Helm from its images, the backends and
+//! the client Pod real Pods). Skipped with a printed reason when not root or when the real
+//! control plane, kube-proxy or (for real nodes) the images are not built (`scripts/realkube`,
+//! `scripts/images`), a failure instead under `FERROLB_REQUIRE_BINARIES=1`.
 
 mod e2e_support;
 
@@ -19,11 +22,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrolb_tests::lab::kubeproxy::{self, POD_GATEWAY_V4};
-use ferrolb_tests::lab::{Answer, KubeProxy, Lab, NoAnswer, RouterKind, SERVICE_PORT, ServiceView};
+use ferrolb_tests::lab::{
+    Answer, Cluster, KubeProxy, Lab, NoAnswer, RouterKind, SERVICE_PORT, ServiceView, nodes,
+};
 use ferrolb_tests::netns::topology::{
     CLIENT_V4, CLIENT_V6, NODE_NAMES, REMOTE_V4, REMOTE_V6, Topology, node_v4, node_v6,
 };
 use ferrolb_tests::skip::skip;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
@@ -53,9 +59,18 @@ fn lab() -> Option<Lab> {
             kubeproxy::binary().display()
         ));
     }
+    let cluster = Cluster::from_env();
+    if cluster == Cluster::Real
+        && let Err(e) = nodes::images()
+    {
+        return skip(e);
+    }
     let mode = mode();
-    eprintln!("kube-proxy mode: {}", mode.as_str());
-    e2e_support::lab_with(RouterKind::Bird, |c| c.kube_proxy = mode)
+    eprintln!("kube-proxy mode: {}; nodes: {cluster:?}", mode.as_str());
+    e2e_support::lab_with(RouterKind::Bird, |c| {
+        c.kube_proxy = mode;
+        c.cluster = cluster;
+    })
 }
 
 fn addresses(lab: &Lab) -> Vec<ServiceView> {
@@ -98,8 +113,9 @@ fn answered(lab: &Lab, ns: &str, ip: IpAddr) -> Answer {
 
 /// The node a request entered the cluster through, from what the backend saw: kube-proxy
 /// masquerades `Cluster` traffic to the entry node's address (toward a Pod on another node) or
-/// to the entry node's side of the Pod's veth (toward a Pod on the entry node itself, which
-/// then answered).
+/// to the entry node's side of the Pod's link (toward a Pod on the entry node itself, which
+/// then answered): the Pod namespaces' shared gateway, or the node's CNI bridge in its Pod
+/// subnet with real nodes.
 fn entry_node(a: &Answer) -> Option<String> {
     let from: IpAddr = a.header("x-client-address")?.parse().ok()?;
     if from == IpAddr::V4(POD_GATEWAY_V4)
@@ -107,9 +123,28 @@ fn entry_node(a: &Answer) -> Option<String> {
     {
         return Some(a.body.clone());
     }
+    let in_pod_subnet = |i: usize| {
+        [nodes::POD_CIDRS_V4[i], nodes::POD_CIDRS_V6[i]]
+            .iter()
+            .filter_map(|c| c.parse::<ipnet::IpNet>().ok())
+            .any(|net| net.contains(&from))
+    };
     (0..NODE_NAMES.len())
-        .find(|i| from == IpAddr::V4(node_v4(*i)) || from == IpAddr::V6(node_v6(*i)))
+        .find(|i| {
+            from == IpAddr::V4(node_v4(*i)) || from == IpAddr::V6(node_v6(*i)) || in_pod_subnet(*i)
+        })
         .map(|i| NODE_NAMES[i].to_string())
+}
+
+/// Waits until every node's speaker runs (with real nodes the kubelet restarts a killed one
+/// after its back-off).
+fn every_speaker_running(lab: &Lab) {
+    lab.wait(Duration::from_secs(90), "every speaker running", || {
+        (0..NODE_NAMES.len())
+            .all(|i| lab.speaker_pid(i).is_some())
+            .then_some(())
+    })
+    .unwrap();
 }
 
 #[test]
@@ -193,6 +228,7 @@ fn a_layer2_owners_failover_moves_the_clients_traffic_to_the_new_owner_without_l
     let Some(mut lab) = lab() else { return };
     let services = addresses(&lab);
     for ip in all_addresses_of(&services, "web") {
+        every_speaker_running(&lab);
         let old = owner(&lab, ip);
         let client = lab.topo.client.name().to_string();
         lab.wait(
@@ -328,10 +364,22 @@ fn a_local_service_is_announced_exactly_where_kube_proxys_health_check_answers_2
             "{ip}: masqueraded to a node: {a:?}"
         );
     }
-    // The endpoint moves to node-a (onto an address node-a's Pod already holds): kube-proxy's
-    // health checks, the layer-2 owner and the route follow.
+    // The endpoint moves to node-a: kube-proxy's health checks, the layer-2 owner and the
+    // route follow. With real nodes the Pod moves (its Deployment's node selector); otherwise
+    // its EndpointSlices do (onto an address node-a's Pod namespace already holds).
     let api = lab.client();
+    let real = lab.cluster() == Cluster::Real;
     lab.block(async move {
+        if real {
+            let patch = serde_json::json!({"spec": {"template": {"spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "node-a"}
+            }}}});
+            Api::<Deployment>::namespaced(api, "default")
+                .patch("local-l2", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("the Deployment is patched");
+            return;
+        }
         let slices = Api::<EndpointSlice>::namespaced(api, "default");
         for (name, address) in [
             ("local-l2-lab", "10.99.10.1"),
@@ -423,10 +471,8 @@ fn from_a_pod_a_vip_address_is_answered_inside_the_cluster_and_a_proxy_address_g
     // A Pod on another node than the Proxy address's owner.
     let p = (o + 1) % NODE_NAMES.len();
     let pod = lab
-        .pod(p)
-        .expect("Pods run with the real kube-proxy")
-        .name()
-        .to_string();
+        .pod_netns(p)
+        .unwrap_or_else(|| panic!("a Pod runs on {}", NODE_NAMES[p]));
     for i in 0..NODE_NAMES.len() {
         count_arrivals(&lab, i, web.0);
         count_arrivals(&lab, i, proxied.0);

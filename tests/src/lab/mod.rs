@@ -309,6 +309,7 @@ impl Lab {
             ),
         };
         let switch = topo.switch.name().to_owned();
+        let real_nodes = images.is_some();
         let api_dir = config.dir.join("kube");
         let api = rt
             .block_on(rt.spawn(async move {
@@ -330,6 +331,7 @@ impl Lab {
                         // Pods need their namespace's `default` ServiceAccount, which the
                         // controller-manager makes.
                         controller_manager: true,
+                        kubelets: real_nodes,
                         // Room for the side-by-side bench's 10,000 route Services and more.
                         service_cidrs: "10.99.64.0/18,fd00:99:0:96::/108".into(),
                         dir: Some(api_dir),
@@ -585,16 +587,75 @@ impl Lab {
             "--namespace".as_ref(),
             INSTALL_NS.as_ref(),
             "--timeout".as_ref(),
-            "180".as_ref(),
+            "90".as_ref(),
         ])?;
         if !out.status.success() {
             return Err(LabError::Nodes(format!(
-                "helm install ({}): {}",
+                "helm install ({}): {}\nPods:\n{}FerroLB's logs:\n{}",
                 script.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                String::from_utf8_lossy(&out.stderr).trim(),
+                self.pod_report(),
+                self.nodes
+                    .as_ref()
+                    .map(|n| n.container_logs("ferrolb", 12))
+                    .unwrap_or_default()
             )));
         }
         Ok(())
+    }
+
+    /// Every Pod with its node, phase and each container's state, one line each (for
+    /// failure messages).
+    fn pod_report(&self) -> String {
+        let client = self.client();
+        let pods = self.block(async move {
+            Api::<k8s_openapi::api::core::v1::Pod>::all(client)
+                .list(&ListParams::default())
+                .await
+        });
+        let Ok(pods) = pods else {
+            return "(the Pods could not be listed)".into();
+        };
+        let mut out = String::new();
+        for p in pods.items {
+            let status = p.status.unwrap_or_default();
+            let containers: Vec<String> = status
+                .container_statuses
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| {
+                    let state = c.state.unwrap_or_default();
+                    let why = if let Some(w) = state.waiting {
+                        format!(
+                            "waiting {} {}",
+                            w.reason.unwrap_or_default(),
+                            w.message.unwrap_or_default()
+                        )
+                    } else if let Some(t) = state.terminated {
+                        format!(
+                            "terminated {} {}",
+                            t.reason.unwrap_or_default(),
+                            t.message.unwrap_or_default()
+                        )
+                    } else {
+                        "running".into()
+                    };
+                    format!(
+                        "{}: {why}, ready {}, restarts {}",
+                        c.name, c.ready, c.restart_count
+                    )
+                })
+                .collect();
+            out += &format!(
+                "  {}/{} on {}: {} [{}]\n",
+                p.metadata.namespace.unwrap_or_default(),
+                p.metadata.name.unwrap_or_default(),
+                p.spec.and_then(|s| s.node_name).unwrap_or_default(),
+                status.phase.unwrap_or_default(),
+                containers.join("; ")
+            );
+        }
+        out
     }
 
     /// Which nodes this lab runs.

@@ -24,9 +24,9 @@
 //!   1.35 and later refuse by default; and no QoS cgroups (`cgroupsPerQOS: false`), so that the
 //!   three kubelets sharing one host's cgroups do not manage the same ones.
 //!
-//! Each node's containerd keeps its root, state, sockets and Pod network namespaces under the
-//! lab's directory; [`RealNodes::stop`] kills the containers, unmounts what they mounted and
-//! removes the namespaces, so that nothing outlives the lab.
+//! Each node's containerd keeps its root, state and sockets under the lab's directory (its Pod
+//! network namespaces in `/run/netns`, as `cni-*`); [`RealNodes::stop`] kills the containers,
+//! unmounts what they mounted and removes their namespaces, so that nothing outlives the lab.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -98,6 +98,8 @@ struct Node {
 /// container, mount and Pod network namespace they made.
 pub struct RealNodes {
     nodes: Vec<Node>,
+    /// The node namespaces' names, in the order of [`NODE_NAMES`].
+    netns: Vec<String>,
     scheduler: Option<Process>,
 }
 
@@ -123,7 +125,6 @@ state = "{d}/containerd/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{sandbox}"
   restrict_oom_score_adj = true
-  netns_mounts_under = "{d}/netns"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{d}/cni"
@@ -180,6 +181,7 @@ imageGCLowThresholdPercent: 99
 localStorageCapacityIsolation: false
 makeIPTablesUtilChains: false
 nodeStatusReportFrequency: 10s
+podLogsDir: {d}/pod-logs
 ",
         d = dir.display(),
         ip = node_v4(i),
@@ -209,11 +211,12 @@ impl RealNodes {
         }
         let mut out = Self {
             nodes: Vec::new(),
+            netns: topo.nodes.iter().map(|n| n.name().to_owned()).collect(),
             scheduler: None,
         };
         for (i, name) in NODE_NAMES.iter().enumerate() {
             let d = dir.join(format!("node-{name}"));
-            for sub in ["cni", "netns", "kubelet", "ipam"] {
+            for sub in ["cni", "kubelet", "ipam"] {
                 std::fs::create_dir_all(d.join(sub))
                     .map_err(io(format!("creating {}", d.join(sub).display())))?;
             }
@@ -300,13 +303,8 @@ impl RealNodes {
     /// The pids of node `i`'s running containers whose process is `program` (its path's last
     /// part), from containerd's task list and `/proc`.
     pub fn container_pids(&self, i: usize, program: &str) -> Vec<u32> {
-        let sock = self.nodes[i].socket.display().to_string();
-        let Ok(out) = netns::must(&["ctr", "-a", &sock, "-n", "k8s.io", "tasks", "ls"]) else {
-            return Vec::new();
-        };
-        out.lines()
-            .skip(1)
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u32>().ok())
+        self.task_pids(i)
+            .into_iter()
             .filter(|pid| {
                 std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
                     .ok()
@@ -316,15 +314,49 @@ impl RealNodes {
             .collect()
     }
 
-    /// The network namespace of one of node `i`'s Pods (a file containerd keeps under the
-    /// node's directory), if it runs any off the host network.
+    /// The network namespace of one of node `i`'s Pods off the host network
+    /// (`/proc/PID/ns/net` of its process), if it runs any.
     pub fn pod_netns(&self, i: usize) -> Option<String> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(self.nodes[i].dir.join("netns"))
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        files.sort();
-        files.first().map(|f| f.display().to_string())
+        let host = ns_inode(&format!("/run/netns/{}", self.netns[i]))?;
+        self.task_pids(i)
+            .into_iter()
+            .map(|pid| format!("/proc/{pid}/ns/net"))
+            .find(|path| ns_inode(path).is_some_and(|ino| ino != host))
+    }
+
+    /// The pids of node `i`'s running containers.
+    fn task_pids(&self, i: usize) -> Vec<u32> {
+        let sock = self.nodes[i].socket.display().to_string();
+        let Ok(out) = netns::must(&["ctr", "-a", &sock, "-n", "k8s.io", "tasks", "ls"]) else {
+            return Vec::new();
+        };
+        out.lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u32>().ok())
+            .collect()
+    }
+
+    /// The last `lines` lines of every container log (kubelet's `podLogsDir` of each node)
+    /// whose Pod name contains `pod`, each headed by its file (for failure messages).
+    pub fn container_logs(&self, pod: &str, lines: usize) -> String {
+        let mut out = String::new();
+        for node in &self.nodes {
+            let Ok(pods) = std::fs::read_dir(node.dir.join("pod-logs")) else {
+                continue;
+            };
+            for p in pods
+                .flatten()
+                .filter(|p| p.file_name().to_string_lossy().contains(pod))
+            {
+                for c in std::fs::read_dir(p.path()).into_iter().flatten().flatten() {
+                    for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
+                        let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+                        out += &format!("--- {}\n{}\n", f.path().display(), tail(&text, lines));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Node `i`'s kubelet log so far.
@@ -344,6 +376,12 @@ impl RealNodes {
         for node in &mut self.nodes {
             node.kubelet.take();
         }
+        // The Pods' network namespaces (containerd 1.6 keeps them in /run/netns as cni-*),
+        // known by the namespace of each container's process while it still runs.
+        let pod_namespaces: Vec<u64> = (0..self.nodes.len())
+            .flat_map(|i| self.task_pids(i))
+            .filter_map(|pid| ns_inode(&format!("/proc/{pid}/ns/net")))
+            .collect();
         for node in &mut self.nodes {
             let sock = node.socket.display().to_string();
             let ctr = |args: &[&str]| {
@@ -368,6 +406,14 @@ impl RealNodes {
         }
         for node in &self.nodes {
             unmount_under(&node.dir);
+        }
+        for name in netns::list_namespaces() {
+            let path = format!("/run/netns/{name}");
+            if name.starts_with("cni-")
+                && ns_inode(&path).is_some_and(|i| pod_namespaces.contains(&i))
+            {
+                let _ = netns::run(&["ip", "netns", "del", &name]);
+            }
         }
     }
 }
@@ -436,6 +482,12 @@ fn unmount_under(dir: &Path) {
     for p in points {
         let _ = netns::run(&["umount", "-l", p]);
     }
+}
+
+/// The inode of a network namespace file (`/proc/PID/ns/net`, `/run/netns/NAME`).
+fn ns_inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
 fn tail(text: &str, lines: usize) -> String {
