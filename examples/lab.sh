@@ -14,6 +14,10 @@
 #   ./examples/lab.sh --kube-proxy iptables   the real kube-proxy (iptables, nftables or ipvs
 #                                            mode; scripts/realkube) and backends in Pod
 #                                            namespaces, on the real API server
+#   ./examples/lab.sh --cluster real   real nodes: kubelet and containerd per node, FerroLB
+#                                            installed by Helm from its images (scripts/images,
+#                                            scripts/realkube; Debian's containerd, runc and
+#                                            containernetworking-plugins)
 #   ./examples/lab.sh --system metallb  the same lab with MetalLB v0.16.2 (scripts/metallb)
 #
 # Needs Debian's iproute2 iputils-arping ndisc6 bird2 (or frr); the lab names what is missing.
@@ -45,6 +49,10 @@ fi
 case " $* " in
   *" --apiserver real "* | *" --apiserver=real "* | *" --kube-proxy "* | *" --kube-proxy="*)
     scripts/realkube >/dev/null ;;
+esac
+# Real nodes run FerroLB's own images (a release build, a few minutes the first time).
+case " $* " in
+  *" --cluster real "* | *" --cluster=real "*) scripts/realkube >/dev/null && scripts/images >/dev/null ;;
 esac
 # MetalLB's lab runs on the real API server, with MetalLB built from the module proxy.
 case " $* " in
