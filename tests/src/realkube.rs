@@ -199,9 +199,9 @@ impl RealKube {
             .service_cidrs
             .split(',')
             .filter_map(|c| c.trim().parse::<ipnet::IpNet>().ok())
-            .filter_map(|net| match net {
-                ipnet::IpNet::V4(n) => Some(IpAddr::V4((u32::from(n.network()) + 1).into())),
-                ipnet::IpNet::V6(n) => Some(IpAddr::V6((u128::from(n.network()) + 1).into())),
+            .map(|net| match net {
+                ipnet::IpNet::V4(n) => IpAddr::V4((u32::from(n.network()) + 1).into()),
+                ipnet::IpNet::V6(n) => IpAddr::V6((u128::from(n.network()) + 1).into()),
             })
             .map(|ip| ip.to_string())
             .collect();
