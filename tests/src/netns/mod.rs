@@ -294,64 +294,28 @@ impl Namespace {
     /// Starts a long-running program inside the namespace with stdout and stderr going to `log`.
     /// `ip netns exec` replaces itself with the program, so the child's pid is the program's.
     pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S], log: &Path) -> Result<Process> {
-        let file = File::create(log).map_err(|source| NetnsError::Io {
-            context: format!("creating {}", log.display()),
-            source,
-        })?;
-        let err = file.try_clone().map_err(|source| NetnsError::Io {
-            context: format!("opening {}", log.display()),
-            source,
-        })?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.name])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err)
-            .spawn()
-            .map_err(|source| NetnsError::Spawn {
-                command: format!("ip netns exec {} {}", self.name, line_of(args)),
-                source,
-            })?;
-        Ok(Process {
-            child,
-            log: log.to_path_buf(),
-        })
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name]).args(args);
+        spawn_logged(
+            command,
+            format!("ip netns exec {} {}", self.name, line_of(args)),
+            log,
+        )
     }
 
     /// [`Namespace::spawn`], keeping the host's mounts: `ip netns exec` gives its program a
     /// mount namespace of its own with a fresh `/sys`, which hides `/sys/fs/cgroup`; kubelet and
     /// containerd (and the runc they start) need the cgroup mounts, so they enter only the
-    /// network namespace (`nsenter --net`).
+    /// network namespace (`nsenter --net`, which also replaces itself with the program).
     pub fn spawn_with_host_mounts<S: AsRef<OsStr>>(
         &self,
         args: &[S],
         log: &Path,
     ) -> Result<Process> {
-        let file = File::create(log).map_err(|source| NetnsError::Io {
-            context: format!("creating {}", log.display()),
-            source,
-        })?;
-        let err = file.try_clone().map_err(|source| NetnsError::Io {
-            context: format!("opening {}", log.display()),
-            source,
-        })?;
         let net = format!("--net={}", self.path().display());
-        let child = Command::new("nsenter")
-            .args([net.as_str(), "--"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err)
-            .spawn()
-            .map_err(|source| NetnsError::Spawn {
-                command: format!("nsenter {net} -- {}", line_of(args)),
-                source,
-            })?;
-        Ok(Process {
-            child,
-            log: log.to_path_buf(),
-        })
+        let mut command = Command::new("nsenter");
+        command.args([net.as_str(), "--"]).args(args);
+        spawn_logged(command, format!("nsenter {net} -- {}", line_of(args)), log)
     }
 
     /// The MAC address of `dev` in this namespace, lower case.
@@ -380,6 +344,31 @@ impl Drop for Namespace {
         kill_all_in(&self.name);
         let _ = run(&["ip", "netns", "del", &self.name]);
     }
+}
+
+/// Starts `command` with stdout and stderr going to `log` (`described` names it in errors).
+fn spawn_logged(mut command: Command, described: String, log: &Path) -> Result<Process> {
+    let file = File::create(log).map_err(|source| NetnsError::Io {
+        context: format!("creating {}", log.display()),
+        source,
+    })?;
+    let err = file.try_clone().map_err(|source| NetnsError::Io {
+        context: format!("opening {}", log.display()),
+        source,
+    })?;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .spawn()
+        .map_err(|source| NetnsError::Spawn {
+            command: described,
+            source,
+        })?;
+    Ok(Process {
+        child,
+        log: log.to_path_buf(),
+    })
 }
 
 /// A child process, killed with SIGKILL (and reaped) when dropped.
