@@ -473,6 +473,15 @@ fn from_a_pod_a_vip_address_is_answered_inside_the_cluster_and_a_proxy_address_g
     let pod = lab
         .pod_netns(p)
         .unwrap_or_else(|| panic!("a Pod runs on {}", NODE_NAMES[p]));
+    // kube-proxy programs an external address once the Service's status has it: until then a
+    // Pod's packets to it go to the wire like any other. Count from when the Pod's node has it.
+    lab.wait(CONVERGE, "kube-proxy's rules for the VIP address", || {
+        // iptables (its nft backend) and nftables mode: a rule; IPVS: the address on kube-ipvs0.
+        let node = lab.topo.node(p);
+        let rules = node.exec_ok(&["nft", "list", "ruleset"]).ok()? + &node.ip(&["addr"]).ok()?;
+        rules.contains(&web.0.to_string()).then_some(())
+    })
+    .unwrap();
     for i in 0..NODE_NAMES.len() {
         count_arrivals(&lab, i, web.0);
         count_arrivals(&lab, i, proxied.0);

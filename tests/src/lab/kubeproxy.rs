@@ -88,9 +88,19 @@ impl KubeProxy {
     pub fn tools(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Self::StandIn => &[],
-            Self::Iptables => &[("iptables", "iptables"), ("ip6tables", "iptables")],
+            // nft: the suites read the rules of every mode with `nft list ruleset` (iptables
+            // here is its nft backend).
+            Self::Iptables => &[
+                ("iptables", "iptables"),
+                ("ip6tables", "iptables"),
+                ("nft", "nftables"),
+            ],
             Self::Nftables => &[("nft", "nftables")],
-            Self::Ipvs => &[("iptables", "iptables"), ("ipset", "ipset")],
+            Self::Ipvs => &[
+                ("iptables", "iptables"),
+                ("ipset", "ipset"),
+                ("nft", "nftables"),
+            ],
         }
     }
 

@@ -756,8 +756,9 @@ impl Lab {
 
     /// Starts node `i`'s speaker (a fresh process, its log appended with a marker).
     pub fn start_speaker(&mut self, i: usize) -> Result<()> {
-        if self.nodes.is_some() {
-            // The kubelet restarts a killed speaker's container (after its back-off).
+        if let Some(nodes) = &self.nodes {
+            // The kubelet, thawed, restarts the killed speaker's container.
+            nodes.freeze_kubelet(i, false);
             return Ok(());
         }
         let Some(bin) = self.config.binaries.speaker.clone() else {
@@ -887,10 +888,12 @@ impl Lab {
         self.speakers[i].as_ref().map(Process::pid)
     }
 
-    /// Kills node `i`'s speaker with SIGKILL, as a crash would (with real nodes, its
-    /// container's process: the kubelet restarts it).
+    /// Kills node `i`'s speaker with SIGKILL, as a crash would. With real nodes, its
+    /// container's process, the node's kubelet frozen first so that the speaker stays down
+    /// until [`Lab::start_speaker`] thaws it (a kubelet restarts a crashed container at once).
     pub fn kill_speaker(&mut self, i: usize) {
         if let Some(nodes) = &self.nodes {
+            nodes.freeze_kubelet(i, true);
             for pid in nodes.container_pids(i, "ferrolb-speaker") {
                 let _ = netns::run(&["kill", "-9", &pid.to_string()]);
             }

@@ -359,6 +359,15 @@ impl RealNodes {
         out
     }
 
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) node `i`'s kubelet: frozen, it restarts no
+    /// container, so a killed speaker stays down, as on a node whose kubelet is wedged.
+    pub fn freeze_kubelet(&self, i: usize, frozen: bool) {
+        if let Some(k) = &self.nodes[i].kubelet {
+            let signal = if frozen { "-STOP" } else { "-CONT" };
+            let _ = netns::run(&["kill", signal, &k.pid().to_string()]);
+        }
+    }
+
     /// Node `i`'s kubelet log so far.
     pub fn kubelet_log(&self, i: usize) -> String {
         self.nodes[i]
