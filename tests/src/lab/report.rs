@@ -274,7 +274,8 @@ pub fn render(lab: &Lab, services: &[ServiceView]) -> Result<String> {
     }
     let _ = writeln!(
         out,
-        "\n== TCP requests to port {SERVICE_PORT}: who answered"
+        "\n== TCP requests to port {SERVICE_PORT}: the node each entered through (the stand-in \
+         answers there itself; with the real kube-proxy a Pod on any node may answer)"
     );
     for s in services {
         for (ip, _) in &s.ingress {

@@ -3,10 +3,11 @@
 //! connection.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::netns::in_namespace;
+use crate::netns::topology::{NODE_NAMES, node_v4, node_v6};
 
 /// The port every lab Service uses.
 pub const SERVICE_PORT: u16 = 80;
@@ -118,7 +119,39 @@ fn get_here(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Answer, N
 }
 
 fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
-    get_here(addr, "/", timeout).map(|a| a.body)
+    get_here(addr, "/", timeout).map(|a| entered_through(&a))
+}
+
+/// The node a request entered the cluster through, from its answer: the node the layer-2
+/// owner or a BGP route sent it to. With the stand-in (which answers on the entry node) and
+/// with `externalTrafficPolicy: Local` (kube-proxy keeps the client's address and serves it
+/// from a Pod on the entry node) that is the answering node, the body. With the real
+/// kube-proxy and `Cluster`, any Pod may answer, and kube-proxy masquerades the request to the
+/// entry node: to its address on the segment toward a Pod on another node, or to its side of
+/// the Pod's link toward one of its own (then the answering node is the entry node).
+pub fn entered_through(a: &Answer) -> String {
+    let Some(from) = a
+        .header("x-client-address")
+        .and_then(|f| f.parse::<IpAddr>().ok())
+    else {
+        return a.body.clone();
+    };
+    if from == IpAddr::V4(super::kubeproxy::POD_GATEWAY_V4)
+        || matches!(from, IpAddr::V6(v6) if v6.is_unicast_link_local())
+    {
+        return a.body.clone();
+    }
+    let in_pod_subnet = |i: usize| {
+        [super::nodes::POD_CIDRS_V4[i], super::nodes::POD_CIDRS_V6[i]]
+            .iter()
+            .filter_map(|c| c.parse::<ipnet::IpNet>().ok())
+            .any(|net| net.contains(&from))
+    };
+    (0..NODE_NAMES.len())
+        .find(|i| {
+            from == IpAddr::V4(node_v4(*i)) || from == IpAddr::V6(node_v6(*i)) || in_pod_subnet(*i)
+        })
+        .map_or_else(|| a.body.clone(), |i| NODE_NAMES[i].to_string())
 }
 
 /// Sends `GET path` from namespace `ns` to `addr` and returns the whole answer (status,
@@ -129,8 +162,9 @@ pub fn get(ns: &str, addr: SocketAddr, path: &str, timeout: Duration) -> Result<
         .map_err(|e| NoAnswer::Namespace(e.to_string()))?
 }
 
-/// Opens a TCP connection from namespace `ns` to `addr` and returns what the server said (the
-/// node name).
+/// Opens a TCP connection from namespace `ns` to `addr` and returns the node the request
+/// entered the cluster through ([`entered_through`]: the node that answered, with the
+/// stand-in).
 pub fn ask(ns: &str, addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
     in_namespace(ns, move || ask_here(addr, timeout))
         .map_err(|e| NoAnswer::Namespace(e.to_string()))?
