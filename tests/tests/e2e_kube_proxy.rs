@@ -59,7 +59,7 @@ fn lab() -> Option<Lab> {
             kubeproxy::binary().display()
         ));
     }
-    let cluster = Cluster::from_env();
+    let cluster = Cluster::from_env().unwrap_or_else(|e| panic!("FERROLB_LAB_CLUSTER: {e}"));
     if cluster == Cluster::Real
         && let Err(e) = nodes::images()
     {

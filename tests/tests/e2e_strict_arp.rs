@@ -128,34 +128,10 @@ fn macs(lab: &Lab, nodes: impl IntoIterator<Item = usize>) -> Vec<String> {
 }
 
 /// Every MAC that answers the client's ARP requests for `ip` within three seconds, sorted.
-/// (`Topology::who_answers` stops at the second reply: `arping -c 2 -w 2` ends once it has
-/// two, so it cannot show three answering nodes.)
 fn arp_answers(lab: &Lab, ip: IpAddr) -> Vec<String> {
-    let out = lab
-        .topo
-        .client
-        .exec(&[
-            "arping",
-            "-c",
-            "100",
-            "-w",
-            "3",
-            "-I",
-            "eth0",
-            &ip.to_string(),
-        ])
-        .expect("arping runs in the client's namespace");
-    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
-    let mut macs: Vec<String> = text
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("unicast reply from ")?;
-            Some(rest[rest.find('[')? + 1..rest.find(']')?].to_string())
-        })
-        .collect();
-    macs.sort();
-    macs.dedup();
-    macs
+    lab.topo
+        .arp_answers_within(ip, 3)
+        .expect("arping runs in the client's namespace")
 }
 
 /// What node `node` should say about `ip` once it sees `arp_ignore=0`.
@@ -176,6 +152,8 @@ fn without_strict_arp_every_nodes_kernel_answers_and_each_node_reports_the_sysct
     let web = web(&lab);
     let (v4, owner) = *web.iter().find(|(ip, _)| ip.is_ipv4()).unwrap();
     let (v6, v6_owner) = *web.iter().find(|(ip, _)| ip.is_ipv6()).unwrap();
+    // With the topology's strictARP sysctls every node has read them and reports nothing, and
+    // only the elected owner answers.
     wait_until_valid(&lab);
     assert_eq!(arp_answers(&lab, v4), macs(&lab, [owner]));
 
@@ -262,22 +240,5 @@ fn without_strict_arp_every_nodes_kernel_answers_and_each_node_reports_the_sysct
             .filter(|l| l.contains("kernel_arp"))
             .collect::<Vec<_>>()
             .join("\n")
-    );
-}
-
-#[test]
-fn with_strict_arp_only_the_elected_node_answers() {
-    let Some(lab) = e2e_support::lab(RouterKind::Bird) else {
-        return;
-    };
-    let web = web(&lab);
-    let (v4, owner) = *web.iter().find(|(ip, _)| ip.is_ipv4()).unwrap();
-    // The topology's strictARP sysctls: every node has read them with its host and found
-    // nothing to report.
-    wait_until_valid(&lab);
-    assert_eq!(
-        arp_answers(&lab, v4),
-        macs(&lab, [owner]),
-        "answers for {v4}"
     );
 }

@@ -77,7 +77,7 @@ struct Args {
     /// from target/images/*.oci.tar, the backends real Pods; implies the real API server and
     /// kube-proxy). Default: `FERROLB_LAB_CLUSTER`, else `lab`.
     #[arg(long)]
-    cluster: Option<ClusterArg>,
+    cluster: Option<Cluster>,
     /// What runs the lab: `ferrolb`, or `metallb` (MetalLB's own controller and speaker, built by
     /// scripts/metallb, always on the real kube-apiserver) to compare.
     #[arg(long, default_value = "ferrolb")]
@@ -90,12 +90,6 @@ struct Args {
     /// The subcommand (internal).
     #[command(subcommand)]
     command: Option<Cmd>,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
-enum ClusterArg {
-    Lab,
-    Real,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -189,17 +183,10 @@ fn lab_main() -> anyhow::Result<()> {
     if let Some(k) = args.kube_proxy {
         config.kube_proxy = k;
     }
-    match args.cluster {
-        Some(ClusterArg::Real) => config.cluster = Cluster::Real,
-        Some(ClusterArg::Lab) => config.cluster = Cluster::Lab,
-        None => {}
+    if let Some(c) = args.cluster {
+        config.cluster = c;
     }
-    if config.cluster == Cluster::Real && !config.kube_proxy.is_real() {
-        config.kube_proxy = KubeProxy::Iptables;
-    }
-    if config.kube_proxy.is_real() {
-        config.apiserver = BackendKind::Real;
-    }
+    config.resolve();
     if args.system == SystemArg::Metallb {
         config.system = ferrolb_tests::lab::System::MetalLb;
         config.apiserver = BackendKind::Real;

@@ -57,9 +57,6 @@ pub enum KubeProxy {
 }
 
 impl KubeProxy {
-    /// Every real mode, in the order the suites run them.
-    pub const REAL: [KubeProxy; 3] = [KubeProxy::Iptables, KubeProxy::Nftables, KubeProxy::Ipvs];
-
     /// The mode from `FERROLB_KUBE_PROXY` (`standin`, `iptables`, `nftables`, `ipvs`); the
     /// stand-in when unset.
     pub fn from_env() -> std::result::Result<Self, String> {
@@ -344,16 +341,7 @@ pub fn wait_ready(nodes: &[Namespace], procs: &mut [Process], within: Duration) 
             }
             let alive = procs[i].alive();
             if !alive || Instant::now() > deadline {
-                let tail: Vec<String> = procs[i]
-                    .output()
-                    .lines()
-                    .rev()
-                    .take(15)
-                    .map(String::from)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
+                let tail = super::last_lines(&procs[i].output(), 15);
                 return Err(LabError::KubeProxy(format!(
                     "kube-proxy on {} {} (log {}):\n{}",
                     NODE_NAMES[i],
@@ -363,7 +351,7 @@ pub fn wait_ready(nodes: &[Namespace], procs: &mut [Process], within: Duration) 
                         "exited"
                     },
                     procs[i].log().display(),
-                    tail.join("\n")
+                    tail
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));

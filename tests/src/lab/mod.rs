@@ -170,7 +170,7 @@ pub struct LabConfig {
 }
 
 /// Which nodes the lab runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Cluster {
     /// Network namespaces with FerroLB's binaries run as host processes, Nodes and speaker Pods
     /// written by the lab.
@@ -181,11 +181,12 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    /// From `FERROLB_LAB_CLUSTER`: `real`, or anything else (unset) for the lab's own.
-    pub fn from_env() -> Self {
+    /// From `FERROLB_LAB_CLUSTER`: `lab` (or unset) or `real`; anything else is refused.
+    pub fn from_env() -> std::result::Result<Self, String> {
         match std::env::var("FERROLB_LAB_CLUSTER").as_deref() {
-            Ok("real") => Self::Real,
-            _ => Self::Lab,
+            Err(_) | Ok("" | "lab") => Ok(Self::Lab),
+            Ok("real") => Ok(Self::Real),
+            Ok(other) => Err(format!("unknown cluster `{other}`: lab or real")),
         }
     }
 }
@@ -208,7 +209,19 @@ impl LabConfig {
             apiserver: BackendKind::from_env(),
             system: System::FerroLb,
             kube_proxy: KubeProxy::from_env().unwrap_or_else(|e| panic!("FERROLB_KUBE_PROXY: {e}")),
-            cluster: Cluster::from_env(),
+            cluster: Cluster::from_env().unwrap_or_else(|e| panic!("FERROLB_LAB_CLUSTER: {e}")),
+        }
+    }
+
+    /// Applies what each choice implies: real nodes run the real kube-proxy (iptables mode
+    /// unless another is chosen), and the real kube-proxy runs against the real API server only.
+    /// [`Lab::start`] does it; call it first to print what will run.
+    pub fn resolve(&mut self) {
+        if self.cluster == Cluster::Real && !self.kube_proxy.is_real() {
+            self.kube_proxy = KubeProxy::Iptables;
+        }
+        if self.kube_proxy.is_real() {
+            self.apiserver = BackendKind::Real;
         }
     }
 }
@@ -267,10 +280,8 @@ impl Lab {
     /// a speaker binary is given. Returns once everything is started, not once it converged.
     pub fn start(mut config: LabConfig) -> Result<Self> {
         netns::require_root()?;
+        config.resolve();
         let images = if config.cluster == Cluster::Real {
-            if !config.kube_proxy.is_real() {
-                config.kube_proxy = KubeProxy::Iptables;
-            }
             Some(nodes::images()?)
         } else {
             None
@@ -295,10 +306,6 @@ impl Lab {
         let router = Router::start(config.router, &topo.router, &config.dir)?;
         let rt = netns::runtime_in(topo.switch.name())?;
         let (crds, kind) = match config.system {
-            // The real kube-proxy is run only against the server of its own release.
-            System::FerroLb if config.kube_proxy.is_real() => {
-                (vec![config.crds.clone()], BackendKind::Real)
-            }
             System::FerroLb => (vec![config.crds.clone()], config.apiserver),
             // MetalLB's controller is built on controller-runtime and is run here only against
             // the server it is built for.
@@ -563,10 +570,9 @@ impl Lab {
                 .as_ref()
                 .map(|n| n.kubelet_log(0))
                 .unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(20).collect();
             return Err(LabError::Nodes(format!(
                 "{e}; node-a's kubelet said last:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                last_lines(&log, 20)
             )));
         }
         let backends = manifests::yaml_files(&self.config.manifests.join("real"))?;
@@ -661,11 +667,6 @@ impl Lab {
     /// Which nodes this lab runs.
     pub fn cluster(&self) -> Cluster {
         self.config.cluster
-    }
-
-    /// The real nodes, when the lab runs them.
-    pub fn real_nodes(&self) -> Option<&nodes::RealNodes> {
-        self.nodes.as_ref()
     }
 
     /// What carries Service traffic to the backends in this lab.
@@ -1127,9 +1128,14 @@ impl Lab {
     /// The last lines of a process log in the lab directory (for failure messages).
     pub fn log_tail(&self, file: &str, lines: usize) -> String {
         let text = std::fs::read_to_string(self.config.dir.join(file)).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        last_lines(&text, lines)
     }
+}
+
+/// The last `lines` lines of `text` (for failure messages).
+pub fn last_lines(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 impl Drop for Lab {

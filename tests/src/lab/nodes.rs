@@ -295,11 +295,6 @@ impl RealNodes {
         Ok(out)
     }
 
-    /// Node `i`'s containerd socket (for `ctr -a`).
-    pub fn socket(&self, i: usize) -> &Path {
-        &self.nodes[i].socket
-    }
-
     /// The pids of node `i`'s running containers whose process is `program` (its path's last
     /// part), from containerd's task list and `/proc`.
     pub fn container_pids(&self, i: usize, program: &str) -> Vec<u32> {
@@ -351,7 +346,8 @@ impl RealNodes {
                 for c in std::fs::read_dir(p.path()).into_iter().flatten().flatten() {
                     for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
                         let text = std::fs::read_to_string(f.path()).unwrap_or_default();
-                        out += &format!("--- {}\n{}\n", f.path().display(), tail(&text, lines));
+                        let last = super::last_lines(&text, lines);
+                        out += &format!("--- {}\n{last}\n", f.path().display());
                     }
                 }
             }
@@ -444,7 +440,7 @@ fn wait_for_socket(node: &mut Node) -> Result<()> {
             return Err(LabError::Nodes(format!(
                 "containerd ({}) did not answer:\n{}",
                 node.containerd.log().display(),
-                tail(&node.containerd.output(), 15)
+                super::last_lines(&node.containerd.output(), 15)
             )));
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -497,9 +493,4 @@ fn unmount_under(dir: &Path) {
 fn ns_inode(path: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| m.ino())
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -270,7 +270,9 @@ impl Topology {
     }
 
     /// The MACs that answered the client's ARP request (IPv4, `arping`) or neighbor
-    /// solicitation (IPv6, `ndisc6`) for `ip`, lower case. Empty when nobody answered.
+    /// solicitation (IPv6, `ndisc6`) for `ip`, lower case. Empty when nobody answered. Stops at
+    /// the second reply: enough to see that more than one node answers, not how many (see
+    /// [`Topology::arp_answers_within`]).
     pub fn who_answers(&self, ip: IpAddr) -> Result<Vec<String>> {
         let target = ip.to_string();
         let out = match ip {
@@ -281,25 +283,46 @@ impl Topology {
                 "ndisc6", "-n", "-m", "-r", "2", "-w", "500", &target, "eth0",
             ])?,
         };
-        let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
-        let mut macs: Vec<String> = text
-            .lines()
-            .filter_map(|l| {
-                if let Some(rest) = l.strip_prefix("unicast reply from ") {
-                    let open = rest.find('[')?;
-                    let close = rest.find(']')?;
-                    Some(rest[open + 1..close].to_string())
-                } else {
-                    l.trim()
-                        .strip_prefix("target link-layer address: ")
-                        .map(|m| m.trim().to_string())
-                }
-            })
-            .collect();
-        macs.sort();
-        macs.dedup();
-        Ok(macs)
+        Ok(answering_macs(&out.stdout))
     }
+
+    /// Every MAC that answers the client's ARP requests for the IPv4 address `ip` within
+    /// `seconds`, lower case, sorted: how many nodes answer, when several do.
+    pub fn arp_answers_within(&self, ip: IpAddr, seconds: u32) -> Result<Vec<String>> {
+        let out = self.client.exec(&[
+            "arping",
+            "-c",
+            "100",
+            "-w",
+            &seconds.to_string(),
+            "-I",
+            "eth0",
+            &ip.to_string(),
+        ])?;
+        Ok(answering_macs(&out.stdout))
+    }
+}
+
+/// The MACs in `arping` or `ndisc6` output, lower case, sorted, each once.
+fn answering_macs(stdout: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(stdout).to_lowercase();
+    let mut macs: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            if let Some(rest) = l.strip_prefix("unicast reply from ") {
+                let open = rest.find('[')?;
+                let close = rest.find(']')?;
+                Some(rest[open + 1..close].to_string())
+            } else {
+                l.trim()
+                    .strip_prefix("target link-layer address: ")
+                    .map(|m| m.trim().to_string())
+            }
+        })
+        .collect();
+    macs.sort();
+    macs.dedup();
+    macs
 }
 
 fn address(ns: &Namespace, dev: &str, ip: IpAddr, len: u8) -> Result<()> {
