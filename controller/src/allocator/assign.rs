@@ -10,8 +10,8 @@
 use std::net::IpAddr;
 
 use super::book::Slot;
+use super::family::{IpFamily, numbered};
 use super::outcome::{AllocationError, Assignment, ChangeReason, Outcome};
-use super::pool::{IpFamily, numbered};
 use super::request::{FamilyPolicy, ServiceRequest};
 use super::sharing::may_share;
 use super::{Allocator, dedup};

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::pool::IpFamily;
+use super::family::IpFamily;
 use super::ranges::IntervalSet;
 
 /// Index of a Service's record inside the allocator.

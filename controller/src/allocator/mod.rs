@@ -4,8 +4,9 @@
 //!
 //! - [`pool`]: pools as plain data ([`Pool`], [`AddressRange`] and its parser), admission rules,
 //!   the free-space search.
-//! - [`request`]: Services as plain data ([`ServiceRequest`]) and the annotation reader
-//!   [`requested_from_annotations`]; [`names`]: the annotation names.
+//! - [`family`]: [`IpFamily`], the one type every other module shares.
+//! - [`request`]: Services as plain data ([`ServiceRequest`]); [`annotations`]: the annotation
+//!   reader [`requested_from_annotations`]; [`names`]: the annotation names.
 //! - [`sharing`]: when two Services may hold one address.
 //! - [`outcome`]: decisions ([`Outcome`], [`ChangeReason`]) and refusals ([`AllocationError`]).
 //! - [`ranges`] and `book`: the addresses in use, as interval sets with their holders.
@@ -30,8 +31,10 @@
 //! (an overlapping pool is passed with `ready: false`). Each Service's request is complete: the
 //! shell has already read its annotations with [`requested_from_annotations`].
 
+pub mod annotations;
 mod assign;
 mod book;
+pub mod family;
 pub mod names;
 pub mod outcome;
 pub mod pool;
@@ -42,17 +45,17 @@ pub mod sharing;
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
+pub use annotations::{Requested, requested_from_annotations};
+pub use family::IpFamily;
 pub use outcome::{
     AllocationError, Assignment, ChangeReason, FamilyStats, Outcome, PoolStats, PoolsChanged,
 };
-pub use pool::{AddressRange, AddressRangeError, IpFamily, IpMode, Pool};
-pub use request::{
-    FamilyPolicy, Protocol, Requested, ServiceKey, ServiceRequest, TrafficPolicy,
-    requested_from_annotations,
-};
+pub use pool::{AddressRange, AddressRangeError, IpMode, Pool};
+pub use request::{FamilyPolicy, Protocol, ServiceKey, ServiceRequest, TrafficPolicy};
 
 use book::{AddressBook, Slot};
-use pool::{PoolEntry, numbered};
+use family::numbered;
+use pool::PoolEntry;
 
 /// What the allocator remembers of one Service.
 #[derive(Debug, Clone)]

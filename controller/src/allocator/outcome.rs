@@ -3,7 +3,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use super::pool::{IpFamily, IpMode};
+use super::family::IpFamily;
+use super::pool::IpMode;
 use super::request::{Protocol, ServiceKey};
 
 /// The addresses a Service holds, and where they come from.

@@ -2,68 +2,15 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::str::FromStr;
 
 use ferrolb_api::selector::any_matches;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::family::{IpFamily, numbered};
 use super::ranges::{IntervalSet, span_len};
 use super::request::ServiceRequest;
-
-/// An IP address family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum IpFamily {
-    /// IPv4.
-    V4,
-    /// IPv6.
-    V6,
-}
-
-impl IpFamily {
-    /// Both families, IPv4 first.
-    pub const ALL: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
-
-    /// The family of `ip`.
-    pub fn of(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(_) => IpFamily::V4,
-            IpAddr::V6(_) => IpFamily::V6,
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        match self {
-            IpFamily::V4 => 0,
-            IpFamily::V6 => 1,
-        }
-    }
-
-    /// The address of this family numbered `n` (`n` must fit the family).
-    pub(crate) fn addr(self, n: u128) -> IpAddr {
-        match self {
-            IpFamily::V4 => IpAddr::V4(Ipv4Addr::from(n as u32)),
-            IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(n)),
-        }
-    }
-}
-
-impl fmt::Display for IpFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        })
-    }
-}
-
-/// An address as its family and its number within the family.
-pub(crate) fn numbered(ip: IpAddr) -> (IpFamily, u128) {
-    match ip {
-        IpAddr::V4(a) => (IpFamily::V4, u32::from(a) as u128),
-        IpAddr::V6(a) => (IpFamily::V6, u128::from(a)),
-    }
-}
 
 /// How traffic to an address reaches the node (`status.loadBalancer.ingress[].ipMode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -431,6 +378,7 @@ impl PoolEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn range(s: &str) -> AddressRange {
         AddressRange::parse(s).unwrap()
