@@ -5,9 +5,10 @@ mod bgp_support;
 use std::net::Ipv4Addr;
 
 use bgp_support::{all, load};
+use ferrolb_speaker::bgp::message::{Message, decode_message};
 use ferrolb_speaker::bgp::open::Capability;
 use ferrolb_speaker::bgp::update_check::UpdateSummary;
-use ferrolb_speaker::bgp::wire::{DecodeContext, Family, Message, RouteRefresh, decode_message};
+use ferrolb_speaker::bgp::wire::{DecodeContext, Family, RouteRefresh};
 
 const AS4: DecodeContext = DecodeContext {
     four_octet_as: true,

@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use bgp_support::outputs::{sent_bytes, sent_messages};
 use ferrolb_speaker::bgp::fsm::{Event, NotAnnounced};
+use ferrolb_speaker::bgp::message::Message;
 use ferrolb_speaker::bgp::open::{AS_TRANS, Capability, Open};
-use ferrolb_speaker::bgp::wire::{Family, Message, encode_keepalive};
+use ferrolb_speaker::bgp::wire::{Family, encode_keepalive};
 use ferrolb_speaker::bgp::{Advertisement, Input, Output, PeerConfig, Session, State};
 
 const MY_AS: u32 = 64512;

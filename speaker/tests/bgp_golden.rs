@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use bgp_support::{Vector, load};
 use ferrolb_speaker::bgp::fsm::{Event, Input, Output, Session, State};
+use ferrolb_speaker::bgp::message::{Message, decode_message};
 use ferrolb_speaker::bgp::update_check::{Handling, Malformed};
-use ferrolb_speaker::bgp::wire::{DecodeContext, Message, decode_message};
+use ferrolb_speaker::bgp::wire::DecodeContext;
 use ferrolb_speaker::bgp::{Notification, PeerConfig, SessionError};
 
 fn session() -> (Session, Instant) {

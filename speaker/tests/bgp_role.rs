@@ -10,8 +10,9 @@ use std::time::Instant;
 use bgp_support::outputs::{sent_bytes, sent_messages};
 use ferrolb_speaker::bgp::config::Role;
 use ferrolb_speaker::bgp::fsm::Event;
+use ferrolb_speaker::bgp::message::Message;
 use ferrolb_speaker::bgp::open::{Capability, Open};
-use ferrolb_speaker::bgp::wire::{Family, Message, encode_keepalive};
+use ferrolb_speaker::bgp::wire::{Family, encode_keepalive};
 use ferrolb_speaker::bgp::{Advertisement, Input, Output, PeerConfig, Session, State};
 
 const OUR_AS: u32 = 64512;

@@ -1,7 +1,8 @@
 //! Framing and decoding of a byte stream from a peer, as the session does it.
 #![no_main]
 
-use ferrolb_speaker::bgp::wire::{DecodeContext, decode_message};
+use ferrolb_speaker::bgp::message::decode_message;
+use ferrolb_speaker::bgp::wire::DecodeContext;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -198,7 +198,7 @@ pub enum SessionError {
     #[error("{}", describe_role_mismatch(*ours, theirs))]
     RoleMismatch {
         /// Our configured role.
-        ours: crate::bgp::config::Role,
+        ours: crate::bgp::role::Role,
         /// The distinct role values in the peer's OPEN, in wire order (empty: none).
         theirs: Vec<u8>,
     },
@@ -247,8 +247,8 @@ pub enum SessionError {
     Cease(CeaseReason),
 }
 
-fn describe_role_mismatch(ours: crate::bgp::config::Role, theirs: &[u8]) -> String {
-    use crate::bgp::config::Role;
+fn describe_role_mismatch(ours: crate::bgp::role::Role, theirs: &[u8]) -> String {
+    use crate::bgp::role::Role;
     let want = ours.counterpart();
     let named = |v: u8| match Role::from_value(v) {
         Some(r) => r.name().to_owned(),

@@ -24,12 +24,11 @@ use ipnet::IpNet;
 
 use super::config::{Advertisement, GRACEFUL_RESTART_TIME, MAX_CONNECT_RETRY, PeerConfig, Role};
 use super::error::{CeaseReason, FsmErrorState, Notification, SessionError};
+use super::message::{Message, decode_message};
 use super::open::{ADD_PATH_SEND, AS_TRANS, Capability, Open};
 use super::rib::{PathIds, Routes, desired_routes};
 use super::update::{EncodeError, encode_end_of_rib};
-use super::wire::{
-    DecodeContext, Family, Message, decode_message, encode_keepalive, encode_notification,
-};
+use super::wire::{DecodeContext, Family, encode_keepalive, encode_notification};
 
 /// Hold timer while waiting for the peer's OPEN (RFC 4271 §8.2.2 suggests 4 minutes).
 pub const OPEN_HOLD_TIME: Duration = Duration::from_secs(240);

@@ -2,20 +2,23 @@
 //!
 //! # Layout
 //!
-//! - [`wire`], [`open`], [`update_check`]: framing and decoding of what peers send (untrusted).
+//! - [`wire`]: framing; [`message`] decodes what peers send (untrusted), the bodies with
+//!   [`open`] and [`update_check`].
 //! - [`update`]: encoding of our UPDATEs; [`rib`]: desired paths vs Adj-RIB-Out, and the
 //!   path identifiers of ADD-PATH send (RFC 7911).
 //! - [`fsm`]: the RFC 4271 session state machine, pure.
 //! - [`error`]: every session error, each one the NOTIFICATION it sends.
-//! - [`config`]: plain data for peers and advertisements.
+//! - [`config`]: plain data for peers and advertisements; [`role`]: the BGP Role (RFC 9234).
 //! - [`unnumbered`]: finding the router of an unnumbered peer by its router advertisements.
 //! - [`speaker`] ([`BgpSpeaker`]), `peer` (one task per session), [`socket`]: the tokio shell.
 pub mod config;
 pub mod error;
 pub mod fsm;
+pub mod message;
 pub mod open;
 mod peer;
 pub mod rib;
+pub mod role;
 pub mod socket;
 pub mod speaker;
 pub mod unnumbered;

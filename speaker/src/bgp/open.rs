@@ -326,7 +326,8 @@ fn encode_capability(c: &Capability, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bgp::wire::{DecodeContext, Message, decode_message};
+    use crate::bgp::message::{Message, decode_message};
+    use crate::bgp::wire::DecodeContext;
 
     fn ours() -> Open {
         Open {

@@ -1,7 +1,8 @@
 //! What the pure session state machine asked to send, read back.
 
 use ferrolb_speaker::bgp::Output;
-use ferrolb_speaker::bgp::wire::{DecodeContext, Message, decode_message};
+use ferrolb_speaker::bgp::message::{Message, decode_message};
+use ferrolb_speaker::bgp::wire::DecodeContext;
 
 /// Every byte the outputs send, in order.
 pub fn sent_bytes(out: &[Output]) -> Vec<u8> {

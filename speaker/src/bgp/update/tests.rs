@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::bgp::config::{Community, LargeCommunity};
-use crate::bgp::wire::{DecodeContext, Message, decode_message};
+use crate::bgp::message::{Message, decode_message};
+use crate::bgp::wire::DecodeContext;
 
 fn ebgp() -> EncodeParams {
     EncodeParams {
