@@ -35,8 +35,9 @@ use ferrolb_api::v1beta1::{
 };
 use ferrolb_controller::allocator::{Allocator, IpMode, ServiceRequest};
 use ferrolb_controller::convert::{allocator_pools, request_from_service};
+use ferrolb_speaker::cluster;
 use ferrolb_speaker::membership::seeds;
-use ferrolb_speaker::planner::{self, HoldDown, Snapshot};
+use ferrolb_speaker::planner::{HoldDown, Snapshot};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -177,7 +178,7 @@ impl Objects {
         let ready: BTreeSet<String> = self
             .nodes
             .iter()
-            .map(planner::convert::node_info)
+            .map(cluster::convert::node_info)
             .filter(|n| n.ready)
             .map(|n| n.name)
             .collect();
@@ -191,7 +192,7 @@ impl Objects {
                 .services
                 .iter()
                 .filter_map(|s| {
-                    planner::convert::service_info(
+                    cluster::convert::service_info(
                         s,
                         &self.slices,
                         &settings.class,
@@ -202,13 +203,13 @@ impl Objects {
             nodes: self
                 .nodes
                 .iter()
-                .map(|n| (n.name_any(), planner::convert::node_info(n)))
+                .map(|n| (n.name_any(), cluster::convert::node_info(n)))
                 .collect(),
-            pools: planner::convert::pool_infos(&self.pools),
+            pools: cluster::convert::pool_infos(&self.pools),
             l2_advertisements: self
                 .l2_advertisements
                 .iter()
-                .map(planner::convert::l2_advertisement_info)
+                .map(cluster::convert::l2_advertisement_info)
                 .collect(),
             live_speakers: self.live_speakers(),
             this_node: this_node.to_owned(),

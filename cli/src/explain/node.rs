@@ -1,6 +1,7 @@
 //! `ferrolb explain node`: whether a node may announce at all, its speaker, its sessions and
 //! what it announces.
 
+use ferrolb_speaker::cluster;
 use ferrolb_speaker::planner::{self, eligibility::node_may_announce};
 use kube::ResourceExt;
 use serde::Serialize;
@@ -46,7 +47,7 @@ pub struct NodeExplanation {
 /// Explains node `name` from `objects`.
 pub fn explain_node(objects: &Objects, settings: &Settings, name: &str) -> NodeExplanation {
     let node = objects.nodes.iter().find(|n| n.name_any() == name);
-    let info = node.map(planner::convert::node_info);
+    let info = node.map(cluster::convert::node_info);
     let live = objects.live_speakers();
     let mut not_eligible = Vec::new();
     if let Some(Err(why)) = info.as_ref().map(node_may_announce) {
@@ -113,11 +114,11 @@ pub fn explain_node(objects: &Objects, settings: &Settings, name: &str) -> NodeE
     let bgp = if live.contains(name) {
         let plan = planner::bgp::plan_bgp(
             &objects.snapshot(settings, name),
-            &planner::convert::bgp_advertisements(
+            &cluster::convert::bgp_advertisements(
                 &objects.bgp_advertisements,
                 &objects.communities,
             ),
-            &planner::convert::bgp_peer_infos(&objects.peers),
+            &cluster::convert::bgp_peer_infos(&objects.peers),
         );
         plan.per_service
             .iter()

@@ -8,6 +8,7 @@ use ferrolb_api::names;
 use ferrolb_api::service::ServiceKey;
 use ferrolb_controller::allocator::{Outcome, Pool, ServiceRequest};
 use ferrolb_controller::convert::{allocator_pools, request_from_service};
+use ferrolb_speaker::cluster;
 use ferrolb_speaker::planner::bgp::{BgpAdvertisementInfo, BgpNode, BgpPeerInfo, address_routes};
 use ferrolb_speaker::planner::{self, AddressPlan, NotAnnounced, ServiceInfo, Snapshot, plan_l2};
 use k8s_openapi::api::core::v1::Service;
@@ -411,8 +412,8 @@ struct Bgp {
 impl Bgp {
     fn of(objects: &Objects) -> Bgp {
         Bgp {
-            peers: planner::convert::bgp_peer_infos(&objects.peers),
-            advertisements: planner::convert::bgp_advertisements(
+            peers: cluster::convert::bgp_peer_infos(&objects.peers),
+            advertisements: cluster::convert::bgp_advertisements(
                 &objects.bgp_advertisements,
                 &objects.communities,
             ),

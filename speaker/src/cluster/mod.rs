@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  watch streams ─ Update<K> ─► Cluster::{service, slice, node, ...}
-//!                                 │ convert (one step, crate::planner::convert)
+//!                                 │ convert (one step, [`convert`])
 //!                                 ▼
 //!                  tables + indexes (slices by Service, Services by address)
 //!                                 │ what changed since the last take_changes()
@@ -27,12 +27,14 @@
 //!   Service's slices, and only when slices of it were seen while it was not handled.
 //! - A re-list (after a dropped watch or a 410) removes exactly the objects that are gone.
 
+pub mod convert;
+mod records;
 mod table;
 
+pub use records::{Digest, NodeRec, ServiceRec, SliceRec, digest};
 pub use table::{Table, Update, key_of};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -46,10 +48,7 @@ use kube::ResourceExt;
 
 use crate::membership::seeds::{SpeakerPod, speaker_pod};
 use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
-use crate::planner::convert;
-use crate::planner::{
-    EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceLabels,
-};
+use crate::planner::{L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo};
 use crate::planner::{ServiceKey, Snapshot};
 
 /// What the speaker handles, from its flags.
@@ -61,52 +60,6 @@ pub struct Scope {
     pub class: String,
     /// Leave Services without a `loadBalancerClass` to another implementation.
     pub ignore_unclassed: bool,
-}
-
-/// A Service as kept: what the planners read, no endpoints (those are in the slices).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceRec {
-    /// Its key.
-    pub key: ServiceKey,
-    /// `status.loadBalancer.ingress[].ip`, sorted, without duplicates; never empty.
-    pub ingress: Vec<IpAddr>,
-    /// `externalTrafficPolicy: Local`.
-    pub local_traffic_policy: bool,
-    /// `metadata.uid`, for Events about it.
-    pub uid: Option<String>,
-    /// `metadata.labels`, compact, for `serviceSelectors`.
-    pub labels: ServiceLabels,
-}
-
-/// An EndpointSlice of a Service FerroLB handles, as kept: a digest and its endpoints.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SliceRec {
-    /// [`digest`] of the Service it belongs to (`kubernetes.io/service-name`, its namespace).
-    pub service: Digest,
-    /// Its endpoints.
-    pub endpoints: Box<[EndpointInfo]>,
-}
-
-/// A 128-bit digest of a `namespace/name`: two independent 64-bit SipHashes. Identities of
-/// slices and their Services are kept as digests instead of strings; two names sharing one is
-/// as likely as a random 128-bit collision.
-pub type Digest = u128;
-
-/// The [`Digest`] of `namespace/name`.
-pub fn digest(namespace: &str, name: &str) -> Digest {
-    let half = |salt: u8| {
-        let mut h = std::hash::DefaultHasher::new();
-        (salt, namespace, name).hash(&mut h);
-        h.finish()
-    };
-    (u128::from(half(1)) << 64) | u128::from(half(2))
-}
-
-/// A Node as kept.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeRec {
-    /// What the planners read (its `ready` is also the Kubernetes view of live speakers).
-    pub info: NodeInfo,
 }
 
 /// What changed since the last [`Cluster::take_changes`].

@@ -123,7 +123,11 @@ mod tests {
         .collect();
         let ready: BTreeSet<String> = [node("a", "True"), node("b", "True"), node("c", "Unknown")]
             .iter()
-            .filter(|n| crate::planner::convert::node_info(n).ready)
+            .filter(|n| {
+                let conditions = n.status.as_ref().and_then(|s| s.conditions.as_ref());
+                conditions
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
             .filter_map(|n| n.metadata.name.clone())
             .collect();
         assert_eq!(

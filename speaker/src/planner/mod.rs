@@ -3,15 +3,17 @@
 //!
 //! # Layout
 //! - [`input`]: the snapshot as plain structs ([`Snapshot`], [`ServiceInfo`], [`NodeInfo`], ...),
-//!   so tests and the BGP planner build them without Kubernetes objects.
-//! - [`convert`]: small functions from `k8s-openapi` / `ferrolb-api` objects to those structs.
+//!   so tests and the BGP planner build them without Kubernetes objects; the cluster model
+//!   ([`crate::cluster`]) converts Kubernetes objects into them.
 //! - [`eligibility`]: the node checks shared by layer 2 and BGP (exclusion label,
 //!   `NetworkUnavailable`, usable endpoints of the address's family, local ones for
 //!   `externalTrafficPolicy: Local`).
 //! - [`l2`]: the layer-2 plan: advertisement matching, owner election, interfaces.
+//! - [`bgp`]: the BGP plan: which prefixes go to which peers, with which attributes.
+//! - [`incremental`]: both plans kept up to date one changed Service at a time, for the
+//!   speaker's sync loop.
 
 pub mod bgp;
-pub mod convert;
 pub mod eligibility;
 pub mod incremental;
 pub mod input;

@@ -1,5 +1,5 @@
-use super::convert::{self, l2_advertisement_info, node_info, pool_infos, service_info};
 use super::*;
+use crate::cluster::convert::{self, l2_advertisement_info, node_info, pool_infos, service_info};
 use crate::l2::election;
 use ferrolb_api::validate::AddressRange;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -910,6 +910,6 @@ fn a_service_and_the_advertisements_keep_what_service_selectors_read() {
         "spec": {"serviceSelectors": [{"matchLabels": {"tier": "internal"}}]}
     }))
     .unwrap();
-    let bgp = super::convert::bgp_advertisements(&[bgp], &[]);
+    let bgp = convert::bgp_advertisements(&[bgp], &[]);
     assert_eq!(bgp[0].service_selectors.len(), 1);
 }

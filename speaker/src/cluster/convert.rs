@@ -2,11 +2,11 @@
 
 use std::net::IpAddr;
 
-use super::input::{
+use super::records::ServiceRec;
+use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
+use crate::planner::input::{
     AddressType, EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
 };
-use crate::cluster::ServiceRec;
-use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
 use ferrolb_api::names::SERVICE_NAME_LABEL;
 use ferrolb_api::service::handled;
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};
