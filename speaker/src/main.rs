@@ -425,7 +425,7 @@ async fn speaker_main() -> anyhow::Result<()> {
                         host_due = None;
                         host_seen = changes;
                         last_host_read = Some(Instant::now());
-                        Some(ferrolb_speaker::l2::iface::HostRead::read())
+                        Some(ferrolb_speaker::l2::host::HostRead::read())
                     }
                 };
                 let synced = speaker.sync(&mut model, l2_live, liveness.unable(), host);

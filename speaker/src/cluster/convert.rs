@@ -2,11 +2,11 @@
 
 use std::net::IpAddr;
 
-use super::records::ServiceRec;
-use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
-use crate::planner::input::{
-    AddressType, EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
+use super::input::{
+    AddressType, BgpAdvertisementInfo, BgpPeerInfo, EndpointInfo, L2AdvertisementInfo, NodeInfo,
+    PoolInfo, ServiceInfo, ServiceKey,
 };
+use super::records::ServiceRec;
 use ferrolb_api::names::SERVICE_NAME_LABEL;
 use ferrolb_api::service::handled;
 use ferrolb_api::v1beta1::{BGPAdvertisement, BGPPeer, Community, IPAddressPool, L2Advertisement};

@@ -28,6 +28,7 @@
 //! - A re-list (after a dropped watch or a 410) removes exactly the objects that are gone.
 
 pub mod convert;
+pub mod input;
 mod records;
 mod table;
 
@@ -47,9 +48,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use crate::membership::seeds::{SpeakerPod, speaker_pod};
-use crate::planner::bgp::{BgpAdvertisementInfo, BgpPeerInfo};
-use crate::planner::{L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo};
-use crate::planner::{ServiceKey, Snapshot};
+use input::{
+    BgpAdvertisementInfo, BgpPeerInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo,
+    ServiceKey, Snapshot,
+};
 
 /// What the speaker handles, from its flags.
 #[derive(Clone, Debug, PartialEq, Eq)]

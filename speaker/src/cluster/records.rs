@@ -5,7 +5,7 @@
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
-use crate::planner::{EndpointInfo, NodeInfo, ServiceKey, ServiceLabels};
+use super::input::{EndpointInfo, NodeInfo, ServiceKey, ServiceLabels};
 
 /// A Service as kept: what the planners read, no endpoints (those are in the slices).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::planner::HoldDown;
+use super::election::HoldDown;
 
 /// After this speaker first sees the others, nodes it meets within this time count as live
 /// from before (they were: gossip was still telling it about them).

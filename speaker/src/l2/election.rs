@@ -30,6 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 /// FNV-1a 64-bit offset basis.
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -196,6 +197,63 @@ pub fn elect(candidates: &BTreeMap<IpAddr, BTreeSet<String>>) -> BTreeMap<IpAddr
             owner(*ip, nodes.iter().map(String::as_str)).map(|n| (*ip, n.to_owned()))
         })
         .collect()
+}
+
+/// Which live nodes are still in their preference hold-down, and until when.
+///
+/// A node that (re)joined the live set less than `duration` ago does not yet count its
+/// preferences: see [`Standing`]. The shell fills it from its record of
+/// arrivals ([`super::arrivals::Arrivals`]); the default holds nobody.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HoldDown {
+    /// The planner's present (`None`: nobody is held).
+    pub now: Option<Instant>,
+    /// When nodes joined the live set, for those that joined recently (others are absent).
+    pub live_since: BTreeMap<String, Instant>,
+    /// How long a node must have been live before its preferences count.
+    pub duration: Duration,
+    /// Live nodes on standby: each owns an address only when no other eligible node can (this
+    /// speaker, fenced in a gossip partition: the other side holds what it can).
+    pub standby: BTreeSet<String>,
+}
+
+impl HoldDown {
+    /// `node`'s standing given its preference score, this hold-down and the standby set.
+    pub fn standing(&self, node: &str, preference: u32, held: bool) -> Standing {
+        let s = Standing::new(preference, held);
+        if self.standby.contains(node) {
+            s.on_standby()
+        } else {
+            s
+        }
+    }
+
+    /// Whether `node` is still held at [`HoldDown::now`].
+    pub fn held(&self, node: &str) -> bool {
+        match (self.now, self.live_since.get(node)) {
+            (Some(now), Some(since)) => now < *since + self.duration,
+            _ => false,
+        }
+    }
+
+    /// The nodes held at [`HoldDown::now`].
+    pub fn held_nodes(&self) -> BTreeSet<String> {
+        self.live_since
+            .keys()
+            .filter(|n| self.held(n))
+            .cloned()
+            .collect()
+    }
+
+    /// The next instant a held node's hold-down ends: plan again then.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        let now = self.now?;
+        self.live_since
+            .values()
+            .map(|since| *since + self.duration)
+            .filter(|end| *end > now)
+            .min()
+    }
 }
 
 #[cfg(test)]

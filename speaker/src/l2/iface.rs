@@ -1,6 +1,5 @@
 //! Which interfaces answer for an address, and why none can. The choice is pure ([`diagnose`],
-//! [`choose`]); only [`system_interfaces`] reads the host (through pnet), and [`HostRead`]
-//! with the ARP sysctls.
+//! [`choose`]); only [`system_interfaces`] reads the host (through pnet).
 //!
 //! # Usable interfaces
 //! An interface can answer when it is up, not loopback, has a MAC and does not carry
@@ -21,10 +20,19 @@
 
 use super::error::{InterfaceProblem, Unusable};
 use super::frame::MacAddr;
-use crate::planner::Interfaces;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+
+/// Where to answer for an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Interfaces {
+    /// Every interface that is up, not loopback, and has a configured subnet containing the
+    /// address.
+    BySubnet,
+    /// Exactly these interfaces (from `L2Advertisement.interfaces`).
+    Named(BTreeSet<String>),
+}
 
 /// What the choice needs to know about one host interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,24 +190,6 @@ pub fn resolve_owned(
 /// namespace).
 pub fn system_interfaces() -> Vec<InterfaceInfo> {
     pnet::datalink::interfaces().iter().map(from_pnet).collect()
-}
-
-/// The host as read at one moment: its interfaces and their ARP sysctls.
-#[derive(Debug)]
-pub struct HostRead {
-    /// [`system_interfaces`].
-    pub interfaces: Vec<InterfaceInfo>,
-    /// [`super::kernel_arp::read_sysctls`] for those interfaces.
-    pub arp: std::io::Result<super::kernel_arp::ArpSysctls>,
-}
-
-impl HostRead {
-    /// Reads the interfaces, then their sysctls, in the calling thread's network namespace.
-    pub fn read() -> Self {
-        let interfaces = system_interfaces();
-        let arp = super::kernel_arp::read_sysctls(interfaces.iter().map(|i| i.name.as_str()));
-        Self { interfaces, arp }
-    }
 }
 
 /// Converts pnet's view of an interface.

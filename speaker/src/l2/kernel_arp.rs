@@ -63,8 +63,8 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
+use super::iface::Interfaces;
 use super::iface::{self, InterfaceInfo};
-use crate::planner::Interfaces;
 
 /// `arp_ignore` and `arp_announce` of one `net.ipv4.conf` directory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -8,8 +8,9 @@
 //! - [`frame`]: ARP request / Neighbor Solicitation parsing, reply and announcement building. Pure.
 //! - [`filter`]: the BPF program that keeps other traffic in the kernel. Pure data.
 //! - [`iface`]: which interfaces answer for an address, or why none can ([`iface::diagnose`]).
-//!   Pure, plus one reader of the host.
+//!   Pure, plus one reader of the host's interfaces.
 //! - [`responder`]: packet sockets and threads that answer and announce ([`Responder`]).
+//! - [`host`]: the host as read at one moment, its interfaces with their ARP sysctls.
 //! - [`hostwatch`]: the kernel's notifications of interface and address changes, so the host
 //!   is read again when it changed ([`hostwatch::reports_change`] is pure).
 //! - [`kernel_arp`]: whether this node's own kernel answers ARP for a Service address too
@@ -33,6 +34,7 @@ pub mod arrivals;
 pub mod election;
 pub mod filter;
 pub mod frame;
+pub mod host;
 pub mod hostwatch;
 pub mod iface;
 pub mod kernel_arp;

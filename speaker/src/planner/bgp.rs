@@ -23,91 +23,42 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use ferrolb_api::validate::CommunityValue;
 use ipnet::IpNet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::eligibility::{NotEligible, node_may_announce, service_may_use};
+pub use super::input::{BgpAdvertisementInfo, BgpPeerInfo};
 use super::input::{NodeInfo, PoolInfo, ServiceInfo, ServiceKey, Snapshot, selects_service};
 use crate::bgp::config::{Advertisement, AnyCommunity, RouteAttrs};
 
-/// A `BGPAdvertisement` as the planner needs it.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct BgpAdvertisementInfo {
-    /// `metadata.name`.
-    pub name: String,
-    /// `spec.ipAddressPools`.
-    pub pools: Vec<String>,
-    /// `spec.ipAddressPoolSelectors`.
-    pub pool_selectors: Vec<LabelSelector>,
-    /// `spec.nodeSelectors`.
-    pub node_selectors: Vec<LabelSelector>,
-    /// `spec.peers` (all peers when empty).
-    pub peers: Vec<String>,
-    /// `spec.aggregationLength` (32 when unset).
-    pub aggregation_length: u8,
-    /// `spec.aggregationLengthV6` (128 when unset).
-    pub aggregation_length_v6: u8,
-    /// `spec.localPref`.
-    pub local_pref: Option<u32>,
-    /// `spec.communities`, aliases already resolved.
-    pub communities: Vec<CommunityValue>,
-    /// `spec.serviceSelectors` (every Service when empty).
-    pub service_selectors: Vec<LabelSelector>,
-}
-
-impl BgpAdvertisementInfo {
-    /// Whether the advertisement covers `pool` (`ipAddressPools`, `ipAddressPoolSelectors`;
-    /// every pool when both are empty).
-    pub fn selects_pool(&self, pool: &PoolInfo) -> bool {
-        (self.pools.is_empty() && self.pool_selectors.is_empty())
-            || self.pools.contains(&pool.name)
-            || self
-                .pool_selectors
-                .iter()
-                .any(|s| ferrolb_api::selector::matches(s, &pool.labels))
-    }
-
-    fn attrs(&self) -> RouteAttrs {
-        let mut attrs = RouteAttrs {
-            local_pref: self.local_pref,
-            ..Default::default()
-        };
-        for c in &self.communities {
-            match AnyCommunity::from(*c) {
-                AnyCommunity::Standard(std) => {
-                    attrs.communities.insert(std);
-                }
-                AnyCommunity::Large(large) => {
-                    attrs.large_communities.insert(large);
-                }
+/// The route attributes an advertisement asks for.
+fn attrs(adv: &BgpAdvertisementInfo) -> RouteAttrs {
+    let mut attrs = RouteAttrs {
+        local_pref: adv.local_pref,
+        ..Default::default()
+    };
+    for c in &adv.communities {
+        match AnyCommunity::from(*c) {
+            AnyCommunity::Standard(std) => {
+                attrs.communities.insert(std);
+            }
+            AnyCommunity::Large(large) => {
+                attrs.large_communities.insert(large);
             }
         }
-        attrs
     }
-
-    fn prefix(&self, ip: IpAddr) -> IpNet {
-        let len = if ip.is_ipv4() {
-            self.aggregation_length.min(32)
-        } else {
-            self.aggregation_length_v6.min(128)
-        };
-        IpNet::new(ip, len)
-            .expect("length clamped to the family")
-            .trunc()
-    }
+    attrs
 }
 
-/// A `BGPPeer` as the planner needs it.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct BgpPeerInfo {
-    /// `metadata.name`.
-    pub name: String,
-    /// `spec.nodeSelectors` (all nodes when empty).
-    pub node_selectors: Vec<LabelSelector>,
-    /// `spec.announceAllNodes`: the session also carries the paths through every other node
-    /// that may carry an address.
-    pub announce_all_nodes: bool,
+/// The prefix announced for `ip`: the advertisement's aggregation length for its family.
+fn prefix(adv: &BgpAdvertisementInfo, ip: IpAddr) -> IpNet {
+    let len = if ip.is_ipv4() {
+        adv.aggregation_length.min(32)
+    } else {
+        adv.aggregation_length_v6.min(128)
+    };
+    IpNet::new(ip, len)
+        .expect("length clamped to the family")
+        .trunc()
 }
 
 /// What this node announces over BGP.
@@ -293,8 +244,8 @@ fn routes_of(
                 why_not = NotEligible::NodeSelectorMismatch;
             }
             let own_path = own.is_ok() && own_selected;
-            let prefix = adv.prefix(*ip);
-            let attrs = adv.attrs();
+            let prefix = prefix(adv, *ip);
+            let attrs = attrs(adv);
             let peers = node
                 .peers
                 .iter()
@@ -398,7 +349,8 @@ pub fn plan_bgp(
 mod tests {
     use super::*;
     use crate::planner::input::{AddressType, EndpointInfo, ServiceInfo};
-    use ferrolb_api::validate::AddressRange;
+    use ferrolb_api::validate::{AddressRange, CommunityValue};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     /// A ready endpoint on `node` from an EndpointSlice of `address_type`.
     fn endpoint(node: &str, address_type: AddressType) -> EndpointInfo {

@@ -28,10 +28,11 @@ use std::net::IpAddr;
 use super::NotAnnounced;
 use super::bgp::{BgpNode, PathKey, ServiceRoutes, merge_routes, service_routes};
 use super::eligibility::{NotEligible, node_may_announce, nodes_serving};
-use super::input::{HoldDown, L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
-use super::l2::{Interfaces, applying};
+use super::input::{L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey};
+use super::l2::{Interfaces, applying, owner_interfaces};
 use crate::bgp::config::{Advertisement, RouteAttrs};
 use crate::cluster::{Changes, Cluster};
+use crate::l2::election::HoldDown;
 use crate::l2::election::{self, Standing};
 
 /// Addresses a node owns but cannot answer for (no usable interface), by node: such a node is
@@ -455,29 +456,6 @@ fn pool_candidates(cluster: &Cluster, live: &BTreeSet<String>) -> HashMap<String
             )
         })
         .collect()
-}
-
-/// The interfaces the owner answers on: the union of `interfaces` over the advertisements that
-/// select it; any of them without `interfaces` means the default choice.
-pub(super) fn owner_interfaces(
-    advs: &[&L2AdvertisementInfo],
-    owner: Option<&NodeInfo>,
-) -> Interfaces {
-    let mut named = BTreeSet::new();
-    for adv in advs
-        .iter()
-        .filter(|a| owner.is_some_and(|n| a.selects_node(n)))
-    {
-        if adv.interfaces.is_empty() {
-            return Interfaces::BySubnet;
-        }
-        named.extend(adv.interfaces.iter().cloned());
-    }
-    if named.is_empty() {
-        Interfaces::BySubnet
-    } else {
-        Interfaces::Named(named)
-    }
 }
 
 /// What one [`BgpTracker::update`] changed.

@@ -28,21 +28,12 @@
 //!   ([`Interfaces::BySubnet`]).
 
 use super::eligibility::{NotEligible, has_usable_endpoints, node_may_announce, service_may_use};
-use super::input::{L2AdvertisementInfo, ServiceInfo, ServiceKey, Snapshot};
+use super::input::{L2AdvertisementInfo, NodeInfo, ServiceInfo, ServiceKey, Snapshot};
 use crate::l2::election::{self, Standing};
+pub use crate::l2::iface::Interfaces;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
-
-/// Where to answer for an address.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Interfaces {
-    /// Every interface that is up, not loopback, and has a configured subnet containing the
-    /// address.
-    BySubnet,
-    /// Exactly these interfaces (from `L2Advertisement.interfaces`).
-    Named(BTreeSet<String>),
-}
 
 /// Why nobody announces an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -227,7 +218,7 @@ fn plan_address(snapshot: &Snapshot, ip: IpAddr, services: &[&ServiceInfo]) -> A
         out.not_selected.clear();
         return out;
     };
-    out.interfaces = super::incremental::owner_interfaces(&advs, snapshot.nodes.get(&owner));
+    out.interfaces = owner_interfaces(&advs, snapshot.nodes.get(&owner));
     out.owner = Ok(owner);
     out
 }
@@ -293,4 +284,27 @@ pub(super) fn applying<'s>(
         serving,
         not_selected: not_selected.iter().map(|s| s.key.clone()).collect(),
     })
+}
+
+/// The interfaces the owner answers on: the union of `interfaces` over the advertisements that
+/// select it; any of them without `interfaces` means the default choice.
+pub(super) fn owner_interfaces(
+    advs: &[&L2AdvertisementInfo],
+    owner: Option<&NodeInfo>,
+) -> Interfaces {
+    let mut named = BTreeSet::new();
+    for adv in advs
+        .iter()
+        .filter(|a| owner.is_some_and(|n| a.selects_node(n)))
+    {
+        if adv.interfaces.is_empty() {
+            return Interfaces::BySubnet;
+        }
+        named.extend(adv.interfaces.iter().cloned());
+    }
+    if named.is_empty() {
+        Interfaces::BySubnet
+    } else {
+        Interfaces::Named(named)
+    }
 }

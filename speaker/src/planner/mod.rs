@@ -16,13 +16,14 @@
 pub mod bgp;
 pub mod eligibility;
 pub mod incremental;
-pub mod input;
 pub mod l2;
 
+pub use crate::cluster::input;
+pub use crate::l2::election::HoldDown;
 pub use eligibility::NotEligible;
 pub use input::{
-    AddressType, EndpointInfo, HoldDown, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo,
-    ServiceKey, ServiceLabels, Snapshot,
+    AddressType, EndpointInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo, ServiceKey,
+    ServiceLabels, Snapshot,
 };
 pub use l2::{AddressPlan, Interfaces, L2Plan, NotAnnounced, plan_l2};
 

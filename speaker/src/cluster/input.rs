@@ -1,10 +1,12 @@
-//! The planner's input: a snapshot of the cluster as plain structs. Pure: data only.
+//! What the planners read: a snapshot of the cluster as plain structs, the cluster model's own
+//! vocabulary ([`super::convert`] makes them from Kubernetes objects; [`crate::planner`] reads
+//! them). Pure: data only.
 
-use ferrolb_api::validate::AddressRange;
+use crate::l2::election::HoldDown;
+use ferrolb_api::validate::{AddressRange, CommunityValue};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
 
 pub use ferrolb_api::service::ServiceKey;
 
@@ -239,68 +241,6 @@ impl L2AdvertisementInfo {
     }
 }
 
-/// Which live nodes are still in their preference hold-down, and until when.
-///
-/// A node that (re)joined the live set less than `duration` ago does not yet count its
-/// preferences: see [`crate::l2::election::Standing`]. The shell fills it from its record of
-/// arrivals ([`crate::l2::arrivals::Arrivals`]); the default holds nobody.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HoldDown {
-    /// The planner's present (`None`: nobody is held).
-    pub now: Option<Instant>,
-    /// When nodes joined the live set, for those that joined recently (others are absent).
-    pub live_since: BTreeMap<String, Instant>,
-    /// How long a node must have been live before its preferences count.
-    pub duration: Duration,
-    /// Live nodes on standby: each owns an address only when no other eligible node can (this
-    /// speaker, fenced in a gossip partition: the other side holds what it can).
-    pub standby: BTreeSet<String>,
-}
-
-impl HoldDown {
-    /// `node`'s standing given its preference score, this hold-down and the standby set.
-    pub fn standing(
-        &self,
-        node: &str,
-        preference: u32,
-        held: bool,
-    ) -> crate::l2::election::Standing {
-        let s = crate::l2::election::Standing::new(preference, held);
-        if self.standby.contains(node) {
-            s.on_standby()
-        } else {
-            s
-        }
-    }
-
-    /// Whether `node` is still held at [`HoldDown::now`].
-    pub fn held(&self, node: &str) -> bool {
-        match (self.now, self.live_since.get(node)) {
-            (Some(now), Some(since)) => now < *since + self.duration,
-            _ => false,
-        }
-    }
-
-    /// The nodes held at [`HoldDown::now`].
-    pub fn held_nodes(&self) -> BTreeSet<String> {
-        self.live_since
-            .keys()
-            .filter(|n| self.held(n))
-            .cloned()
-            .collect()
-    }
-
-    /// The next instant a held node's hold-down ends: plan again then.
-    pub fn next_expiry(&self) -> Option<Instant> {
-        let now = self.now?;
-        self.live_since
-            .values()
-            .map(|since| *since + self.duration)
-            .filter(|end| *end > now)
-            .min()
-    }
-}
-
 /// Everything the planner looks at.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -320,4 +260,54 @@ pub struct Snapshot {
     pub unable: BTreeMap<String, BTreeSet<IpAddr>>,
     /// Nodes whose preferences do not count yet.
     pub hold_down: HoldDown,
+}
+
+/// A `BGPAdvertisement` as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct BgpAdvertisementInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.ipAddressPools`.
+    pub pools: Vec<String>,
+    /// `spec.ipAddressPoolSelectors`.
+    pub pool_selectors: Vec<LabelSelector>,
+    /// `spec.nodeSelectors`.
+    pub node_selectors: Vec<LabelSelector>,
+    /// `spec.peers` (all peers when empty).
+    pub peers: Vec<String>,
+    /// `spec.aggregationLength` (32 when unset).
+    pub aggregation_length: u8,
+    /// `spec.aggregationLengthV6` (128 when unset).
+    pub aggregation_length_v6: u8,
+    /// `spec.localPref`.
+    pub local_pref: Option<u32>,
+    /// `spec.communities`, aliases already resolved.
+    pub communities: Vec<CommunityValue>,
+    /// `spec.serviceSelectors` (every Service when empty).
+    pub service_selectors: Vec<LabelSelector>,
+}
+
+impl BgpAdvertisementInfo {
+    /// Whether the advertisement covers `pool` (`ipAddressPools`, `ipAddressPoolSelectors`;
+    /// every pool when both are empty).
+    pub fn selects_pool(&self, pool: &PoolInfo) -> bool {
+        (self.pools.is_empty() && self.pool_selectors.is_empty())
+            || self.pools.contains(&pool.name)
+            || self
+                .pool_selectors
+                .iter()
+                .any(|s| ferrolb_api::selector::matches(s, &pool.labels))
+    }
+}
+
+/// A `BGPPeer` as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct BgpPeerInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.nodeSelectors` (all nodes when empty).
+    pub node_selectors: Vec<LabelSelector>,
+    /// `spec.announceAllNodes`: the session also carries the paths through every other node
+    /// that may carry an address.
+    pub announce_all_nodes: bool,
 }
