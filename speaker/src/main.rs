@@ -21,13 +21,14 @@
 //! `--bgp-drain-time`, then everything is withdrawn.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
 use ferrolb_speaker::cluster::{Cluster, Scope, Update};
+use ferrolb_speaker::l2::host::HostRead;
 use ferrolb_speaker::membership::liveness::REJOIN_SETTLE;
 use ferrolb_speaker::membership::partition::{Arbiter, Standing, Written};
 use ferrolb_speaker::membership::view_lease::ViewLease;
@@ -35,6 +36,7 @@ use ferrolb_speaker::membership::{
     Gossip, GossipKey, KeyRing, Liveness, MemberState, MembershipConfig,
 };
 use ferrolb_speaker::shell::metrics::Metrics;
+use ferrolb_speaker::shell::pace::Pace;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
 use ferrolb_speaker::shell::snapshot::secret_bytes;
 use ferrolb_speaker::shell::status::{ConfigStateWriter, StatusQueue, StatusWriter};
@@ -139,19 +141,8 @@ async fn speaker_main() -> anyhow::Result<()> {
     let client = ferrolb_telemetry::kube_client(args.kubeconfig.as_deref(), &agent).await?;
     info!(node = %args.node_name, l2 = args.enable_l2, bgp = args.enable_bgp, "starting");
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Metrics::default();
-    let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
-    metrics.register(&mut registry);
-    ferrolb_telemetry::register_runtime_metrics(&mut registry);
-    let ready = Readiness::default();
-    ferrolb_telemetry::serve(
-        args.metrics_addr,
-        Arc::new(registry),
-        ready.clone(),
-        shutdown_rx,
-    )
-    .await?;
+    let (shutdown_tx, ready) = serve_telemetry(&args, &metrics).await?;
 
     let cluster = Arc::new(Mutex::new(Cluster::new(Scope {
         this_node: args.node_name.clone(),
@@ -167,8 +158,78 @@ async fn speaker_main() -> anyhow::Result<()> {
         changed.clone(),
         refetch.clone(),
     ));
-
     let (live_tx, live_rx) = watch::channel(BTreeSet::from([args.node_name.clone()]));
+    let (status, events) = spawn_status_and_events(&args, &client, live_rx, &metrics);
+    wait_for_first_lists(&cluster, &changed).await;
+
+    let settings = Settings {
+        node: args.node_name.clone(),
+        namespace: args.namespace.clone(),
+        enable_l2: args.enable_l2,
+        enable_bgp: args.enable_bgp,
+        l2_handover: args.l2_handover_time,
+        l2_preference_hold_down: args.l2_preference_hold_down,
+    };
+    let speaker = Speaker::new(settings, metrics.clone(), status, events);
+    spawn_node_reports(&args, &client, &metrics, &speaker);
+    let mut sync = SyncLoop {
+        args: &args,
+        client,
+        cluster,
+        changed,
+        refetch,
+        metrics,
+        ready,
+        live_tx,
+        speaker,
+        gossip: None,
+        host: HostReads::start(args.enable_l2),
+        liveness: Liveness::new(&args.node_name),
+        partition: Partition::new(args.node_name.clone()),
+        published_unable: BTreeSet::new(),
+        states_changed: true,
+        pace: Pace::new(),
+        trim: Trim::new(),
+    };
+    tokio::select! {
+        _ = sync.run() => {}
+        _ = ferrolb_telemetry::shutdown_signal() => info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements"),
+    }
+    sync.leave();
+    sync.speaker
+        .shutdown(args.bgp_drain_time, args.l2_handover_time)
+        .await;
+    let _ = shutdown_tx.send(true);
+    Ok(())
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until the returned sender says stop.
+async fn serve_telemetry(
+    args: &Args,
+    metrics: &Metrics,
+) -> anyhow::Result<(watch::Sender<bool>, Readiness)> {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
+    metrics.register(&mut registry);
+    ferrolb_telemetry::register_runtime_metrics(&mut registry);
+    let ready = Readiness::default();
+    ferrolb_telemetry::serve(
+        args.metrics_addr,
+        Arc::new(registry),
+        ready.clone(),
+        shutdown_rx,
+    )
+    .await?;
+    Ok((shutdown_tx, ready))
+}
+
+/// The tasks that write ServiceL2Status / ServiceBGPStatus and Events; returns their queues.
+fn spawn_status_and_events(
+    args: &Args,
+    client: &kube::Client,
+    live: watch::Receiver<BTreeSet<String>>,
+    metrics: &Metrics,
+) -> (Arc<StatusQueue>, Arc<EventQueue>) {
     let status = StatusQueue::new();
     tokio::spawn(
         StatusWriter {
@@ -177,7 +238,7 @@ async fn speaker_main() -> anyhow::Result<()> {
             node: args.node_name.clone(),
             l2: args.enable_l2,
             bgp: args.enable_bgp,
-            live: live_rx,
+            live,
             metrics: metrics.clone(),
         }
         .run(status.clone()),
@@ -190,35 +251,11 @@ async fn speaker_main() -> anyhow::Result<()> {
     tokio::spawn(events.clone().run(client.clone(), reporter, |event, e| {
         debug!(reason = %event.reason, error = %e, "publishing an Event failed");
     }));
+    (status, events)
+}
 
-    // No answer, no announcement before every kind has listed: a partial view would elect
-    // this node for addresses whose endpoints it has not seen yet.
-    let started = Instant::now();
-    loop {
-        let unsynced = cluster.lock().expect("cluster lock").unsynced();
-        if unsynced.is_empty() {
-            break;
-        }
-        tokio::select! {
-            _ = changed.notified() => {}
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {
-                info!(waiting_for = ?unsynced, after = ?started.elapsed(), "waiting for the first list of every kind");
-            }
-        }
-    }
-    info!(after = ?started.elapsed(), "every watch has listed");
-    // The first lists were the largest burst this process sees.
-    ferrolb_telemetry::memory::release_free_memory();
-
-    let settings = Settings {
-        node: args.node_name.clone(),
-        namespace: args.namespace.clone(),
-        enable_l2: args.enable_l2,
-        enable_bgp: args.enable_bgp,
-        l2_handover: args.l2_handover_time,
-        l2_preference_hold_down: args.l2_preference_hold_down,
-    };
-    let mut speaker = Speaker::new(settings, metrics.clone(), status, events);
+/// The tasks that write this node's ConfigurationState and (BGP mode) BGPSessionState objects.
+fn spawn_node_reports(args: &Args, client: &kube::Client, metrics: &Metrics, speaker: &Speaker) {
     tokio::spawn(
         ConfigStateWriter {
             client: client.clone(),
@@ -239,326 +276,497 @@ async fn speaker_main() -> anyhow::Result<()> {
             .run(speaker.session_report()),
         );
     }
+}
 
-    let mut gossip: Option<Gossip> = None;
-    let mut gossip_live: Option<watch::Receiver<BTreeSet<String>>> = None;
-    let mut gossip_states: Option<watch::Receiver<BTreeMap<String, Vec<u8>>>> = None;
-    let mut gossip_rejoined: Option<watch::Receiver<u64>> = None;
-    let mut last_host_read: Option<Instant> = None;
-    // The host's interfaces are read again when the kernel says they changed (and every
-    // SAFETY_INTERVAL); without the notifications, every REFRESH_INTERVAL as before.
-    let mut host_changes = if args.enable_l2 {
-        match ferrolb_speaker::l2::hostwatch::HostWatch::start() {
-            Ok(w) => Some(w.changes()),
-            Err(e) => {
-                warn!(error = %e, every = ?ferrolb_speaker::l2::REFRESH_INTERVAL, "no netlink notifications of interface changes: the interfaces are read again periodically");
-                None
+/// Returns once every watched kind has listed: before that, no answer and no announcement (a
+/// partial view would elect this node for addresses whose endpoints it has not seen yet).
+async fn wait_for_first_lists(cluster: &Mutex<Cluster>, changed: &Notify) {
+    let started = Instant::now();
+    loop {
+        let unsynced = cluster.lock().expect("cluster lock").unsynced();
+        if unsynced.is_empty() {
+            break;
+        }
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {
+                info!(waiting_for = ?unsynced, after = ?started.elapsed(), "waiting for the first list of every kind");
             }
         }
-    } else {
-        None
-    };
-    let mut host_seen = 0u64;
-    // A read put off by MIN_SPACING: when it is due.
-    let mut host_due: Option<Instant> = None;
-    let mut published_unable = BTreeSet::new();
-    let mut last_trim = Instant::now();
-    // Who is live for layer 2: joining, leaving members, the rejoin settle (membership::liveness).
-    let mut liveness = Liveness::new(&args.node_name);
-    // A gossip partition's tie is broken on the API server (membership::partition): the view
-    // Lease, and where this speaker stands.
-    let mut arbiter = Arbiter::new(args.node_name.clone());
-    let mut view_lease: Option<ViewLease> = None;
-    let mut written_seen = 0u64;
-    let mut standing = Standing::Agreed;
-    let mut standby = false;
-    let mut arbiter_next: Option<Instant> = None;
-    let mut changed_since_trim = 0usize;
-    let mut states_changed = true;
-    let mut secrets_seen = 0u64;
-    let mut pace = ferrolb_speaker::shell::pace::Pace::new();
-    let run = async {
-        loop {
-            if let Some(g) = &gossip {
-                // A changed gossip Secret (a key rotation) reaches the running member.
-                let model = cluster.lock().expect("cluster lock");
-                if model.secrets_version() != secrets_seen {
-                    secrets_seen = model.secrets_version();
-                    match gossip_keys(&args, &model) {
-                        Some(keys) => g.set_keys(keys),
-                        None => {
-                            warn!(secret = %args.gossip_secret, "the gossip Secret has no usable `secretkey` now; gossip goes on with the keys it has")
-                        }
-                    }
-                }
-            } else {
-                let inputs = gossip_inputs(&args, &cluster.lock().expect("cluster lock"));
-                if let Some((key, bind)) = inputs {
-                    secrets_seen = cluster.lock().expect("cluster lock").secrets_version();
-                    gossip = start_gossip(&args, key, bind).await;
-                    if gossip.is_some() {
-                        liveness.gossip_started(Instant::now());
-                    }
-                    gossip_live = gossip.as_ref().map(Gossip::live);
-                    gossip_states = gossip.as_ref().map(Gossip::states);
-                    gossip_rejoined = gossip.as_ref().map(Gossip::rejoined);
-                    if gossip.is_some() && args.enable_l2 {
-                        view_lease = Some(ViewLease::start(
-                            client.clone(),
-                            &args.namespace,
-                            &args.node_name,
-                        ));
-                    }
-                    states_changed = true;
-                    cluster
-                        .lock()
-                        .expect("cluster lock")
-                        .mark_speakers_changed();
-                }
-            }
-            let t = Instant::now();
-            pace.pass(t);
-            let (live, synced) = {
-                let mut model = cluster.lock().expect("cluster lock");
-                // Seeds and the fallback live set change only with speaker Pods and Nodes.
-                if model.speakers_changed() {
-                    let known = kubernetes_live(&model, &args.node_name);
-                    let alone = match &gossip {
-                        Some(g) => {
-                            let seeds = seeds(&model, &args);
-                            let alone = seeds.is_empty();
-                            g.set_seeds(seeds);
-                            alone
-                        }
-                        None => false,
-                    };
-                    liveness.kubernetes(known, alone);
-                }
-                // Decoded again only when a member's state changed: it is one entry per node.
-                if std::mem::take(&mut states_changed)
-                    && let Some(rx) = &gossip_states
-                {
-                    let states = rx.borrow();
-                    liveness.member_states(
-                        states
-                            .iter()
-                            .map(|(node, s)| (node.as_str(), MemberState::decode(s))),
-                    );
-                }
-                let gossip_view = gossip_live.as_ref().map(|rx| rx.borrow().clone());
-                let rejoined = gossip.as_ref().map_or(0, |g| g.counters().rejoined);
-                let noticed = liveness.observe(Instant::now(), gossip_view.as_ref(), rejoined);
-                metrics.gossip_members.set(
-                    gossip_view
-                        .as_ref()
-                        .map_or(liveness.live().len(), BTreeSet::len) as i64,
-                );
-                if noticed.rejoined {
-                    info!(settle = ?REJOIN_SETTLE,
-                        "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
-                    );
-                }
-                if let Some(members) = noticed.joined {
-                    info!(members, "joined the other speakers");
-                }
-                let live = liveness.live().clone();
-                let nobody = BTreeSet::new();
-                let arbitrated;
-                let l2_live = match &view_lease {
-                    _ if !liveness.joined() => &nobody,
-                    None => &live,
-                    Some(lease) => {
-                        let now = Instant::now();
-                        arbiter.observe(now, lease.view.borrow().clone());
-                        let (sequence, outcome) = lease.written.borrow().clone();
-                        if sequence > written_seen {
-                            written_seen = sequence;
-                            if let Some(outcome) = outcome {
-                                arbiter.written(now, outcome);
-                            }
-                        }
-                        let known = liveness.known();
-                        let d = arbiter.decide(now, std::time::SystemTime::now(), &live, &known);
-                        if let Some(w) = d.write
-                            && !lease.write(w)
-                        {
-                            arbiter.written(now, Written::Unreachable);
-                        }
-                        // Standby can end without a change of standing (a lifted fence's
-                        // wait for the rest of the other side ending).
-                        if d.standing != standing || d.standby != standby {
-                            let left_fence = matches!(standing, Standing::Fenced { .. })
-                                && !matches!(d.standing, Standing::Fenced { .. });
-                            if d.standing != standing {
-                                note_standing(&standing, &d.standing, &live, &known);
-                            }
-                            if d.standing == standing && standby && !d.standby {
-                                info!(standing = ?d.standing, "the fence lifted a while ago and gossip still misses speakers: this side takes their layer-2 addresses over");
-                            }
-                            speaker.set_standby(d.standby, left_fence);
-                            metrics
-                                .l2_fenced
-                                .set(i64::from(matches!(d.standing, Standing::Fenced { .. })));
-                            standing = d.standing;
-                            standby = d.standby;
-                        }
-                        arbiter_next = d.next;
-                        arbitrated = d.l2_live;
-                        &arbitrated
-                    }
-                };
-                let (changes, every) = match &host_changes {
-                    Some(rx) => (
-                        *rx.borrow(),
-                        ferrolb_speaker::l2::hostwatch::SAFETY_INTERVAL,
-                    ),
-                    None => (host_seen, ferrolb_speaker::l2::REFRESH_INTERVAL),
-                };
-                let host = match last_host_read {
-                    Some(t) if changes == host_seen && t.elapsed() < every => None,
-                    Some(t) if t.elapsed() < ferrolb_speaker::l2::hostwatch::MIN_SPACING => {
-                        host_due = Some(t + ferrolb_speaker::l2::hostwatch::MIN_SPACING);
-                        None
-                    }
-                    _ => {
-                        // The count is taken before the read: a change during it reads again.
-                        host_due = None;
-                        host_seen = changes;
-                        last_host_read = Some(Instant::now());
-                        Some(ferrolb_speaker::l2::host::HostRead::read())
-                    }
-                };
-                let synced = speaker.sync(&mut model, l2_live, liveness.unable(), host);
-                if model.refetch_pending() {
-                    refetch.notify_one();
-                }
-                (live, synced)
-            };
-            if synced.decided > 0 || synced.services > 0 {
-                debug!(decided = synced.decided, services = synced.services, took = ?t.elapsed(), "synced");
-            }
-            if let Some(g) = &gossip {
-                if *speaker.unable_here() != published_unable {
-                    published_unable = speaker.unable_here().clone();
-                    let state = MemberState {
-                        unable: published_unable.clone(),
-                        leaving: false,
-                    };
-                    if let Err(e) = g.set_local_state(state.encode()) {
-                        warn!(error = %e, "cannot publish the addresses this node cannot answer for");
-                    }
-                }
-                ferrolb_speaker::shell::metrics::advance(
-                    &metrics.gossip_auth_failures,
-                    g.counters().auth_failures_total(),
-                );
-            }
-            if liveness.take_reannounce(Instant::now()) {
-                info!("announcing this node's layer-2 addresses again after rejoining");
-                speaker.announce_again();
-                speaker.rewrite_statuses(&cluster.lock().expect("cluster lock"));
-            }
-            speaker.tick();
-            ready.set(true);
-            // After a burst only (a trim walks the heap: not worth it while idle).
-            changed_since_trim += synced.services;
-            if changed_since_trim >= TRIM_AFTER_CHANGES
-                && last_trim.elapsed() > Duration::from_secs(60)
-            {
-                ferrolb_telemetry::memory::release_free_memory();
-                last_trim = Instant::now();
-                changed_since_trim = 0;
-            }
-            let _ = live_tx.send_if_modified(|v| {
-                let changed = *v != live;
-                if changed {
-                    // Who came and went, not the whole set: it is one entry per node.
-                    let came: Vec<&String> = live.difference(v).take(8).collect();
-                    let went: Vec<&String> = v.difference(&live).take(8).collect();
-                    info!(live = live.len(), ?came, ?went, "live speakers changed");
-                }
-                *v = live.clone();
-                changed
-            });
-            let lease_changed = async {
-                match view_lease.as_mut() {
-                    Some(lease) => {
-                        tokio::select! {
-                            _ = lease.view.changed() => {}
-                            _ = lease.written.changed() => {}
-                        }
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            let gossip_changed = async {
-                match (
-                    gossip_live.as_mut(),
-                    gossip_states.as_mut(),
-                    gossip_rejoined.as_mut(),
-                ) {
-                    (Some(live), Some(states), Some(rejoined)) => {
-                        tokio::select! {
-                            _ = live.changed() => false,
-                            _ = states.changed() => true,
-                            _ = rejoined.changed() => false,
-                        }
-                    }
-                    _ => std::future::pending().await,
-                }
-            };
-            // A layer-2 handover ending (this node excluded) or a preference hold-down ending is
-            // the next deadline, when sooner.
-            let refresh = tokio::time::Instant::now() + ferrolb_speaker::l2::REFRESH_INTERVAL;
-            let host_changed = async {
-                match host_changes.as_mut() {
-                    Some(rx) => rx.changed().await.is_err(),
-                    None => std::future::pending().await,
-                }
-            };
-            let mut host_watch_ended = false;
-            let wake = speaker
-                .next_deadline()
-                .into_iter()
-                .chain(liveness.next_deadline())
-                .chain(arbiter_next)
-                .chain(host_due)
-                .map(tokio::time::Instant::from_std)
-                .fold(refresh, tokio::time::Instant::min);
-            tokio::select! {
-                // At once after a quiet spell; a burst's later changes go in one pass a window
-                // after the last.
-                _ = changed.notified() => if let Some(at) = pace.changed(Instant::now()) {
-                    tokio::time::sleep_until(at.into()).await;
-                },
-                states = gossip_changed => states_changed |= states,
-                _ = lease_changed => {}
-                ended = host_changed => host_watch_ended = ended,
-                _ = tokio::time::sleep_until(wake) => {}
-            }
-            if host_watch_ended {
-                host_changes = None;
-            }
-        }
-    };
-    tokio::select! {
-        _ = run => {}
-        _ = ferrolb_telemetry::shutdown_signal() => info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements"),
     }
-    if let Some(g) = gossip.as_ref().filter(|_| !args.l2_handover_time.is_zero()) {
+    info!(after = ?started.elapsed(), "every watch has listed");
+    // The first lists were the largest burst this process sees.
+    ferrolb_telemetry::memory::release_free_memory();
+}
+
+/// The sync loop: each pass keeps gossip current, decides who is live, syncs the speaker with
+/// the cluster model, and publishes what changed; then it waits for the next cause (a change,
+/// a gossip or view-Lease event, an interface change, or the next deadline of any part).
+struct SyncLoop<'a> {
+    args: &'a Args,
+    client: kube::Client,
+    cluster: Arc<Mutex<Cluster>>,
+    /// Woken by every watch task when the model changed.
+    changed: Arc<Notify>,
+    /// Wakes the refetch task (a Service whose slices must be listed again).
+    refetch: Arc<Notify>,
+    metrics: Metrics,
+    ready: Readiness,
+    /// The live set, for the status task's garbage collection.
+    live_tx: watch::Sender<BTreeSet<String>>,
+    speaker: Speaker,
+    /// Gossip, once its Secret and this node's speaker Pod address are known.
+    gossip: Option<GossipLink>,
+    host: HostReads,
+    /// Who is live for layer 2: joining, leaving members, the rejoin settle.
+    liveness: Liveness,
+    partition: Partition,
+    /// The addresses this node last told the others it cannot answer for.
+    published_unable: BTreeSet<IpAddr>,
+    /// A member's gossip state changed since the last pass.
+    states_changed: bool,
+    pace: Pace,
+    trim: Trim,
+}
+
+/// Gossip as the sync loop reads it.
+struct GossipLink {
+    gossip: Gossip,
+    live: watch::Receiver<BTreeSet<String>>,
+    states: watch::Receiver<BTreeMap<String, Vec<u8>>>,
+    rejoined: watch::Receiver<u64>,
+    /// The Secrets' version its keys were last taken from.
+    secrets_seen: u64,
+}
+
+impl SyncLoop<'_> {
+    /// Passes until the process is told to stop.
+    async fn run(&mut self) {
+        loop {
+            self.keep_gossip_current().await;
+            self.pass();
+            self.wait().await;
+        }
+    }
+
+    /// Starts gossip once its inputs are known (until then, or if it cannot run, liveness comes
+    /// from the Kubernetes view); hands a rotated key to the running member.
+    async fn keep_gossip_current(&mut self) {
+        let args = self.args;
+        if let Some(link) = &mut self.gossip {
+            let model = self.cluster.lock().expect("cluster lock");
+            if model.secrets_version() != link.secrets_seen {
+                link.secrets_seen = model.secrets_version();
+                match gossip_keys(args, &model) {
+                    Some(keys) => link.gossip.set_keys(keys),
+                    None => {
+                        warn!(secret = %args.gossip_secret, "the gossip Secret has no usable `secretkey` now; gossip goes on with the keys it has")
+                    }
+                }
+            }
+            return;
+        }
+        let (inputs, secrets_seen) = {
+            let model = self.cluster.lock().expect("cluster lock");
+            (gossip_inputs(args, &model), model.secrets_version())
+        };
+        let Some((key, bind)) = inputs else {
+            return;
+        };
+        if let Some(gossip) = start_gossip(args, key, bind).await {
+            self.liveness.gossip_started(Instant::now());
+            if args.enable_l2 {
+                self.partition.lease = Some(ViewLease::start(
+                    self.client.clone(),
+                    &args.namespace,
+                    &args.node_name,
+                ));
+            }
+            self.gossip = Some(GossipLink {
+                live: gossip.live(),
+                states: gossip.states(),
+                rejoined: gossip.rejoined(),
+                gossip,
+                secrets_seen,
+            });
+        }
+        self.states_changed = true;
+        self.cluster
+            .lock()
+            .expect("cluster lock")
+            .mark_speakers_changed();
+    }
+
+    /// One pass: who is live, the layer-2 live set, the host if due, `Speaker::sync`.
+    fn pass(&mut self) {
+        let t = Instant::now();
+        self.pace.pass(t);
+        let cluster = self.cluster.clone();
+        let mut model = cluster.lock().expect("cluster lock");
+        let live = self.observe_liveness(&mut model);
+        let joined = self.liveness.joined();
+        let arbitrated = if joined {
+            self.partition
+                .arbitrate(&live, &self.liveness, &mut self.speaker, &self.metrics)
+        } else {
+            None
+        };
+        let nobody = BTreeSet::new();
+        let l2_live = match (joined, &arbitrated) {
+            (false, _) => &nobody,
+            (true, Some(arbitrated)) => arbitrated,
+            (true, None) => &live,
+        };
+        let host = self.host.read_if_due();
+        let synced = self
+            .speaker
+            .sync(&mut model, l2_live, self.liveness.unable(), host);
+        if model.refetch_pending() {
+            self.refetch.notify_one();
+        }
+        drop(model);
+        if synced.decided > 0 || synced.services > 0 {
+            debug!(decided = synced.decided, services = synced.services, took = ?t.elapsed(), "synced");
+        }
+        self.publish(live, synced.services);
+    }
+
+    /// Feeds the Kubernetes view (when speakers or Nodes changed), the members' states (when
+    /// one changed) and gossip's view to the liveness core; returns the live set.
+    fn observe_liveness(&mut self, model: &mut Cluster) -> BTreeSet<String> {
+        // Seeds and the fallback live set change only with speaker Pods and Nodes.
+        if model.speakers_changed() {
+            let known = kubernetes_live(model, &self.args.node_name);
+            let alone = match &self.gossip {
+                Some(link) => {
+                    let seeds = seeds(model, self.args);
+                    let alone = seeds.is_empty();
+                    link.gossip.set_seeds(seeds);
+                    alone
+                }
+                None => false,
+            };
+            self.liveness.kubernetes(known, alone);
+        }
+        // Decoded again only when a member's state changed: it is one entry per node.
+        if std::mem::take(&mut self.states_changed)
+            && let Some(link) = &self.gossip
+        {
+            let states = link.states.borrow();
+            self.liveness.member_states(
+                states
+                    .iter()
+                    .map(|(node, s)| (node.as_str(), MemberState::decode(s))),
+            );
+        }
+        let gossip_view = self.gossip.as_ref().map(|l| l.live.borrow().clone());
+        let rejoined = self
+            .gossip
+            .as_ref()
+            .map_or(0, |l| l.gossip.counters().rejoined);
+        let noticed = self
+            .liveness
+            .observe(Instant::now(), gossip_view.as_ref(), rejoined);
+        self.metrics.gossip_members.set(
+            gossip_view
+                .as_ref()
+                .map_or(self.liveness.live().len(), BTreeSet::len) as i64,
+        );
+        if noticed.rejoined {
+            info!(settle = ?REJOIN_SETTLE,
+                "the other speakers had declared this one dead (it stood still or was cut off) and it has rejoined: its layer-2 addresses are announced again once what happened meanwhile has arrived"
+            );
+        }
+        if let Some(members) = noticed.joined {
+            info!(members, "joined the other speakers");
+        }
+        self.liveness.live().clone()
+    }
+
+    /// After a pass: this node's gossip state, the re-announcement after a rejoin, timers,
+    /// readiness, a memory trim after a burst, and the live set for the status task.
+    fn publish(&mut self, live: BTreeSet<String>, services: usize) {
+        if let Some(link) = &self.gossip {
+            if *self.speaker.unable_here() != self.published_unable {
+                self.published_unable = self.speaker.unable_here().clone();
+                let state = MemberState {
+                    unable: self.published_unable.clone(),
+                    leaving: false,
+                };
+                if let Err(e) = link.gossip.set_local_state(state.encode()) {
+                    warn!(error = %e, "cannot publish the addresses this node cannot answer for");
+                }
+            }
+            ferrolb_speaker::shell::metrics::advance(
+                &self.metrics.gossip_auth_failures,
+                link.gossip.counters().auth_failures_total(),
+            );
+        }
+        if self.liveness.take_reannounce(Instant::now()) {
+            info!("announcing this node's layer-2 addresses again after rejoining");
+            self.speaker.announce_again();
+            self.speaker
+                .rewrite_statuses(&self.cluster.lock().expect("cluster lock"));
+        }
+        self.speaker.tick();
+        self.ready.set(true);
+        self.trim.after(services);
+        let _ = self.live_tx.send_if_modified(|v| {
+            let changed = *v != live;
+            if changed {
+                // Who came and went, not the whole set: it is one entry per node.
+                let came: Vec<&String> = live.difference(v).take(8).collect();
+                let went: Vec<&String> = v.difference(&live).take(8).collect();
+                info!(live = live.len(), ?came, ?went, "live speakers changed");
+            }
+            *v = live.clone();
+            changed
+        });
+    }
+
+    /// Waits for the next cause of a pass.
+    async fn wait(&mut self) {
+        let gossip_changed = async {
+            match self.gossip.as_mut() {
+                Some(link) => {
+                    tokio::select! {
+                        _ = link.live.changed() => false,
+                        _ = link.states.changed() => true,
+                        _ = link.rejoined.changed() => false,
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        // A layer-2 handover ending (this node excluded), a preference hold-down ending, the
+        // partition's next step or a put-off read of the host is the next deadline, when sooner.
+        let refresh = tokio::time::Instant::now() + ferrolb_speaker::l2::REFRESH_INTERVAL;
+        let wake = self
+            .speaker
+            .next_deadline()
+            .into_iter()
+            .chain(self.liveness.next_deadline())
+            .chain(self.partition.next)
+            .chain(self.host.due)
+            .map(tokio::time::Instant::from_std)
+            .fold(refresh, tokio::time::Instant::min);
+        tokio::select! {
+            // At once after a quiet spell; a burst's later changes go in one pass a window
+            // after the last.
+            _ = self.changed.notified() => if let Some(at) = self.pace.changed(Instant::now()) {
+                tokio::time::sleep_until(at.into()).await;
+            },
+            states = gossip_changed => self.states_changed |= states,
+            _ = self.partition.changed() => {}
+            _ = self.host.changed() => {}
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
+
+    /// Tells the other speakers this one is leaving, so they take its layer-2 addresses over
+    /// while it still answers (`--l2-handover-time`).
+    fn leave(&self) {
+        let Some(link) = &self.gossip else {
+            return;
+        };
+        if self.args.l2_handover_time.is_zero() {
+            return;
+        }
         let state = MemberState {
-            unable: published_unable.clone(),
+            unable: self.published_unable.clone(),
             leaving: true,
         };
-        if let Err(e) = g.set_local_state(state.encode()) {
+        if let Err(e) = link.gossip.set_local_state(state.encode()) {
             warn!(error = %e, "cannot tell the other speakers this one is leaving");
         }
     }
-    speaker
-        .shutdown(args.bgp_drain_time, args.l2_handover_time)
-        .await;
-    let _ = shutdown_tx.send(true);
-    Ok(())
+}
+
+/// When the host's interfaces are read again: when the kernel says they changed (and every
+/// SAFETY_INTERVAL), at most once per MIN_SPACING; without the kernel's notifications, every
+/// REFRESH_INTERVAL.
+struct HostReads {
+    /// The kernel's count of interface and address changes; `None` without notifications.
+    changes: Option<watch::Receiver<u64>>,
+    /// The count at the last read.
+    seen: u64,
+    last: Option<Instant>,
+    /// A read put off by MIN_SPACING: when it is due.
+    due: Option<Instant>,
+}
+
+impl HostReads {
+    fn start(enable_l2: bool) -> Self {
+        let changes = if enable_l2 {
+            match ferrolb_speaker::l2::hostwatch::HostWatch::start() {
+                Ok(w) => Some(w.changes()),
+                Err(e) => {
+                    warn!(error = %e, every = ?ferrolb_speaker::l2::REFRESH_INTERVAL, "no netlink notifications of interface changes: the interfaces are read again periodically");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            changes,
+            seen: 0,
+            last: None,
+            due: None,
+        }
+    }
+
+    /// The host, read now if a read is due.
+    fn read_if_due(&mut self) -> Option<HostRead> {
+        use ferrolb_speaker::l2::hostwatch::{MIN_SPACING, SAFETY_INTERVAL};
+        let (changes, every) = match &self.changes {
+            Some(rx) => (*rx.borrow(), SAFETY_INTERVAL),
+            None => (self.seen, ferrolb_speaker::l2::REFRESH_INTERVAL),
+        };
+        match self.last {
+            Some(t) if changes == self.seen && t.elapsed() < every => None,
+            Some(t) if t.elapsed() < MIN_SPACING => {
+                self.due = Some(t + MIN_SPACING);
+                None
+            }
+            _ => {
+                // The count is taken before the read: a change during it reads again.
+                self.due = None;
+                self.seen = changes;
+                self.last = Some(Instant::now());
+                Some(HostRead::read())
+            }
+        }
+    }
+
+    /// Returns when the kernel reports a change; when its notifications end, the host is read
+    /// periodically from then on.
+    async fn changed(&mut self) {
+        match self.changes.as_mut() {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    self.changes = None;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A gossip partition's tie, broken on the API server (membership::partition): the view
+/// Lease, and where this speaker stands.
+struct Partition {
+    arbiter: Arbiter,
+    /// Runs once gossip runs, in layer-2 mode.
+    lease: Option<ViewLease>,
+    /// The sequence number of the last Lease write whose outcome the arbiter has.
+    written_seen: u64,
+    standing: Standing,
+    standby: bool,
+    /// When the arbiter wants to decide again.
+    next: Option<Instant>,
+}
+
+impl Partition {
+    fn new(node: String) -> Self {
+        Self {
+            arbiter: Arbiter::new(node),
+            lease: None,
+            written_seen: 0,
+            standing: Standing::Agreed,
+            standby: false,
+            next: None,
+        }
+    }
+
+    /// The live set for layer 2 as the arbiter decides it, with the standby it implies set on
+    /// the speaker; `None` while no view Lease runs (gossip's live set holds).
+    fn arbitrate(
+        &mut self,
+        live: &BTreeSet<String>,
+        liveness: &Liveness,
+        speaker: &mut Speaker,
+        metrics: &Metrics,
+    ) -> Option<BTreeSet<String>> {
+        let lease = self.lease.as_ref()?;
+        let now = Instant::now();
+        self.arbiter.observe(now, lease.view.borrow().clone());
+        let (sequence, outcome) = lease.written.borrow().clone();
+        if sequence > self.written_seen {
+            self.written_seen = sequence;
+            if let Some(outcome) = outcome {
+                self.arbiter.written(now, outcome);
+            }
+        }
+        let known = liveness.known();
+        let d = self
+            .arbiter
+            .decide(now, std::time::SystemTime::now(), live, &known);
+        if let Some(w) = d.write
+            && !lease.write(w)
+        {
+            self.arbiter.written(now, Written::Unreachable);
+        }
+        // Standby can end without a change of standing (a lifted fence's wait for the rest of
+        // the other side ending).
+        if d.standing != self.standing || d.standby != self.standby {
+            let left_fence = matches!(self.standing, Standing::Fenced { .. })
+                && !matches!(d.standing, Standing::Fenced { .. });
+            if d.standing != self.standing {
+                note_standing(&self.standing, &d.standing, live, &known);
+            }
+            if d.standing == self.standing && self.standby && !d.standby {
+                info!(standing = ?d.standing, "the fence lifted a while ago and gossip still misses speakers: this side takes their layer-2 addresses over");
+            }
+            speaker.set_standby(d.standby, left_fence);
+            metrics
+                .l2_fenced
+                .set(i64::from(matches!(d.standing, Standing::Fenced { .. })));
+            self.standing = d.standing;
+            self.standby = d.standby;
+        }
+        self.next = d.next;
+        Some(d.l2_live)
+    }
+
+    /// Returns when the view Lease or the outcome of a write to it changed.
+    async fn changed(&mut self) {
+        match self.lease.as_mut() {
+            Some(lease) => {
+                tokio::select! {
+                    _ = lease.view.changed() => {}
+                    _ = lease.written.changed() => {}
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Trims free memory after a burst only (a trim walks the heap: not worth it while idle).
+struct Trim {
+    last: Instant,
+    changed_since: usize,
+}
+
+impl Trim {
+    fn new() -> Self {
+        Self {
+            last: Instant::now(),
+            changed_since: 0,
+        }
+    }
+
+    /// Counts the Services a pass changed; trims once enough did and a minute has passed.
+    fn after(&mut self, services: usize) {
+        self.changed_since += services;
+        if self.changed_since >= TRIM_AFTER_CHANGES && self.last.elapsed() > Duration::from_secs(60)
+        {
+            ferrolb_telemetry::memory::release_free_memory();
+            self.last = Instant::now();
+            self.changed_since = 0;
+        }
+    }
 }
 
 /// One watch task per kind, each feeding the model and waking the sync loop.

@@ -9,11 +9,10 @@ use bgp_support::outputs::sent_messages;
 use ferrolb_speaker::bgp::fsm::{
     CONNECT_TIMEOUT, Event, NotAnnounced, OPEN_HOLD_TIME, STABLE_SESSION,
 };
+use ferrolb_speaker::bgp::message::Message;
 use ferrolb_speaker::bgp::open::{Capability, Open};
 use ferrolb_speaker::bgp::update::EncodeError;
-use ferrolb_speaker::bgp::wire::{
-    Family, Message, RouteRefresh, encode_keepalive, encode_route_refresh,
-};
+use ferrolb_speaker::bgp::wire::{Family, RouteRefresh, encode_keepalive, encode_route_refresh};
 use ferrolb_speaker::bgp::{
     Advertisement, CeaseReason, Input, Notification, Output, PeerConfig, Session, State, Timer,
 };
