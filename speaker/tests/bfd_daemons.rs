@@ -220,7 +220,7 @@ impl BfdProbe {
             })
             .collect();
         BfdProbe {
-            probe: Probe::spawn(lab, env!("CARGO_BIN_EXE_bfd-probe"), &args),
+            probe: Probe::spawn(lab, &ferrolb_tests::tool("bfd-probe"), &args),
             states: BTreeMap::new(),
             statuses: BTreeMap::new(),
         }

@@ -233,7 +233,7 @@ fn a_session_bound_to_its_device_comes_up_where_the_default_table_cannot_reach_a
         peer("green", GREEN_ROUTER, Some("green")),
     ];
     let args: Vec<String> = peers.iter().map(Value::to_string).collect();
-    let mut probe = Probe::spawn(&lab, env!("CARGO_BIN_EXE_bgp-probe"), &args);
+    let mut probe = Probe::spawn(&lab, &ferrolb_tests::tool("bgp-probe"), &args);
     let latest = Latest::default();
     advertise(&mut probe, "red", RED_ROUTE);
     advertise(&mut probe, "unbound", LOST_ROUTE);
@@ -436,7 +436,7 @@ fn session_in_a_real_vrf() {
         peer("unbound", ROUTER_V4, None),
     ];
     let args: Vec<String> = peers.iter().map(Value::to_string).collect();
-    let mut probe = Probe::spawn(&lab, env!("CARGO_BIN_EXE_bgp-probe"), &args);
+    let mut probe = Probe::spawn(&lab, &ferrolb_tests::tool("bgp-probe"), &args);
     let latest = Latest::default();
     advertise(&mut probe, "red", RED_ROUTE);
     advertise(&mut probe, "unbound", LOST_ROUTE);

@@ -41,6 +41,22 @@ pub fn test_bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// A tool binary of this crate for the suites and benches of other crates (`l2-probe`,
+/// `l2-watch`, `l2-flood`, `bgp-probe`, `bfd-probe`): the speaker's own code in small binaries,
+/// kept out of the speaker's crate. It is taken from the target directory and profile of the
+/// running test or bench, where `cargo test --workspace` (or `cargo build -p ferrolb-tests
+/// --bins`, with `--release` for a bench) puts it.
+pub fn tool(name: &str) -> String {
+    let path = test_bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build -p ferrolb-tests --bins` (with --release for a bench), \
+         or the whole workspace's tests",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
 /// Where a script of this repository puts what it builds for the tests: `$ENV_VAR` when set,
 /// else the workspace's `target/NAME` (`scripts/realkube`, `scripts/metallb`,
 /// `scripts/guest-kernel`).

@@ -18,7 +18,7 @@
 //!   changes nothing).
 //! - Objects keep only what the planners read: no `managedFields`, annotations or status that is
 //!   not used; Services FerroLB does not handle are not kept at all. A kept Service's labels
-//!   (read by `serviceSelectors`) are one packed string ([`ServiceLabels`]); a label change
+//!   (read by `serviceSelectors`) are one packed string ([`input::ServiceLabels`]); a label change
 //!   marks only that Service changed, so only its addresses are decided again.
 //! - An EndpointSlice of a Service FerroLB does not handle (most of a cluster) is kept as two
 //!   digests, without its endpoints. When such a Service becomes one FerroLB handles (its type

@@ -1,5 +1,5 @@
 //! When each live speaker arrived, as this speaker saw it: the input of the preferred-node
-//! hold-down ([`crate::planner::HoldDown`]). Pure: no I/O, time passed in.
+//! hold-down ([`super::election::HoldDown`]). Pure: no I/O, time passed in.
 //!
 //! A node that joins the live set is *held* for the hold-down: its preferences
 //! (`L2Advertisement.preferredNodeSelectors`) do not count until it has stayed live that long

@@ -105,7 +105,7 @@ impl Unusable {
 /// it. The address should move to a node that can (see [`crate::l2::iface::diagnose`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InterfaceProblem {
-    /// The default choice ([`crate::planner::Interfaces::BySubnet`]) found no interface with a
+    /// The default choice ([`super::iface::Interfaces::BySubnet`]) found no interface with a
     /// configured subnet holding the address. `found` lists every non-loopback interface with
     /// its subnets of the address's family (possibly none), sorted by name.
     #[error(

@@ -215,7 +215,7 @@ pub struct Probe {
 
 impl Probe {
     pub fn start(lab: &Lab, peer: &serde_json::Value) -> Probe {
-        Probe::spawn(lab, env!("CARGO_BIN_EXE_bgp-probe"), &[peer.to_string()])
+        Probe::spawn(lab, &ferrolb_tests::tool("bgp-probe"), &[peer.to_string()])
     }
 
     pub fn send(&mut self, command: serde_json::Value) {

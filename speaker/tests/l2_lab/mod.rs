@@ -264,7 +264,7 @@ impl Lab {
             "netns".to_string(),
             "exec".into(),
             self.client.clone(),
-            env!("CARGO_BIN_EXE_l2-watch").into(),
+            ferrolb_tests::tool("l2-watch"),
             "eth0".into(),
         ];
         args.extend(addrs.iter().cloned());
@@ -301,7 +301,7 @@ impl Lab {
             "netns".to_string(),
             "exec".into(),
             self.nodes[i].clone(),
-            env!("CARGO_BIN_EXE_l2-probe").into(),
+            ferrolb_tests::tool("l2-probe"),
             "--stats-ms".into(),
             "100".into(),
         ];
@@ -487,7 +487,7 @@ impl Lab {
                 "netns",
                 "exec",
                 &self.client,
-                env!("CARGO_BIN_EXE_l2-flood"),
+                &ferrolb_tests::tool("l2-flood"),
                 "eth0",
                 &count.to_string(),
                 v4,

@@ -8,7 +8,7 @@
 //! so both speakers start from a full RIB at Established.
 //!
 //! Usage (root, bird2 and gobgpd installed):
-//! `cargo build --release -p ferrolb-speaker --bins && target/release/bgp-bench [count]`
+//! `cargo build --release -p ferrolb-tests --bin bgp-bench && target/release/bgp-bench [count]`
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
