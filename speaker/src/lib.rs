@@ -13,7 +13,8 @@
 //!   planners read ([`cluster::input`]), indexed, updated one watch event at a time.
 //! - Leaves, each importing none of the above: [`l2`] (election, ARP/NDP frames, the
 //!   responder), [`bgp`] (codec, session state machine, sessions), [`bfd`], [`membership`]
-//!   (gossip and who is live), [`netdev`] (binding to a device).
+//!   (gossip and who is live), [`netdev`] (binding to a device), [`watch`] (publishing
+//!   on a watch channel only on a change).
 //!
 //! The speaker's tool binaries (`l2-probe`, `bgp-probe`, ...) live in the `ferrolb-tests` crate,
 //! not here.
@@ -25,3 +26,4 @@ pub mod membership;
 pub mod netdev;
 pub mod planner;
 pub mod shell;
+pub mod watch;

@@ -70,6 +70,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use super::packet::{ControlPacket, Diag, State};
 use super::session::{Output, Session, SessionConfig};
 use crate::netdev::{BindError, DeviceName};
+use crate::watch::send_if_changed;
 
 mod demux;
 mod socket;
@@ -432,11 +433,7 @@ impl BfdHandle {
     /// new intervals are agreed with the peer through a Poll Sequence (RFC 5880 §6.8.3), and
     /// the session stays Up meanwhile.
     pub fn set_config(&self, config: SessionConfig) {
-        self.config.send_if_modified(|c| {
-            let changed = *c != config;
-            *c = config;
-            changed
-        });
+        send_if_changed(&self.config, config);
     }
 
     /// Disables the session (AdminDown, diag 7), sends that to the peer and waits until the task

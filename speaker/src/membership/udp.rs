@@ -32,6 +32,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::watch::send_if_changed;
+
 /// The states of live members, by node.
 pub type States = BTreeMap<String, Vec<u8>>;
 
@@ -131,13 +133,7 @@ impl Gossip {
     /// often as convenient. The core announces to a few seeds that are not live members, at
     /// most once per join period ([`Membership::join`]); the same seeds again cost nothing.
     pub fn set_seeds(&self, peers: Vec<(String, SocketAddr)>) {
-        self.seeds.send_if_modified(|s| {
-            let changed = *s != peers;
-            if changed {
-                *s = peers;
-            }
-            changed
-        });
+        send_if_changed(&self.seeds, peers);
     }
 
     /// Publishes this member's state (opaque, at most [`MAX_STATE_LEN`] bytes) to every
@@ -149,26 +145,14 @@ impl Gossip {
                 max: MAX_STATE_LEN,
             });
         }
-        self.local_state.send_if_modified(|s| {
-            let changed = *s != state;
-            if changed {
-                *s = state;
-            }
-            changed
-        });
+        send_if_changed(&self.local_state, state);
         Ok(())
     }
 
     /// Replaces the keys (a rotation: send with the new one, accept it and the previous one);
     /// the same keys again cost nothing.
     pub fn set_keys(&self, keys: KeyRing) {
-        self.keys.send_if_modified(|k| {
-            let changed = *k != keys;
-            if changed {
-                *k = keys;
-            }
-            changed
-        });
+        send_if_changed(&self.keys, keys);
     }
 
     /// A watch of the states of live members by node (this one's included), sent only when
@@ -213,17 +197,6 @@ struct Watches {
     states: watch::Sender<States>,
     counters: watch::Sender<MembershipCounters>,
     rejoined: watch::Sender<u64>,
-}
-
-/// Replaces the watched value when it differs, so receivers wake only on a change.
-fn publish<T: PartialEq>(tx: &watch::Sender<T>, now: T) {
-    tx.send_if_modified(|v| {
-        let changed = *v != now;
-        if changed {
-            *v = now;
-        }
-        changed
-    });
 }
 
 /// A timer of the core and when it is due; ordered by due time, then by when it was set.
@@ -318,13 +291,17 @@ async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watche
                         timer,
                     }));
                 }
-                Output::MembersChanged => publish(&watches.live, core.live_nodes()),
-                Output::StatesChanged => publish(&watches.states, core.states()),
+                Output::MembersChanged => {
+                    send_if_changed(&watches.live, core.live_nodes());
+                }
+                Output::StatesChanged => {
+                    send_if_changed(&watches.states, core.states());
+                }
             }
         }
         if watches.counters.borrow().ne(core.counters()) {
             watches.counters.send_replace(core.counters().clone());
         }
-        publish(&watches.rejoined, core.counters().rejoined);
+        send_if_changed(&watches.rejoined, core.counters().rejoined);
     }
 }

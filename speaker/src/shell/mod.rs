@@ -40,6 +40,7 @@ use crate::l2::responder::Responder;
 pub use crate::membership::MemberState;
 use crate::planner::incremental::{BgpTracker, L2Tracker, Unable};
 use crate::planner::{Interfaces, ServiceKey};
+use crate::watch::send_if_changed;
 use metrics::{
     AnnouncedLabels, MalformedLabels, Metrics, NotificationLabels, PeerLabels, ReasonLabels,
     advance,
@@ -972,13 +973,7 @@ impl Speaker {
                 &self.peer_errors,
             ),
         };
-        self.session_report.send_if_modified(|r| {
-            let changed = r.as_deref() != Some(&report);
-            if changed {
-                *r = Some(Arc::new(report));
-            }
-            changed
-        });
+        send_if_changed(&self.session_report, Some(Arc::new(report)));
         // Every series of a peer no longer configured goes, with the label sets its last
         // status had.
         for (gone, last) in &self.exported_peers {
@@ -1061,13 +1056,7 @@ impl Speaker {
             node_uid: self.node_uid.clone(),
             problems: self.checks.problems(now, &self.settings.node, &inputs),
         };
-        self.config_report.send_if_modified(|r| {
-            let changed = r.as_deref() != Some(&report);
-            if changed {
-                *r = Some(Arc::new(report));
-            }
-            changed
-        });
+        send_if_changed(&self.config_report, Some(Arc::new(report)));
     }
 
     /// Withdraws everything. At once, BGP routes are announced again with GRACEFUL_SHUTDOWN
