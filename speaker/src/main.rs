@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Parser};
 use ferrolb_api::names;
+use ferrolb_speaker::cluster::peers::secret_bytes;
 use ferrolb_speaker::cluster::{Cluster, Scope, Update};
 use ferrolb_speaker::l2::host::HostRead;
 use ferrolb_speaker::membership::liveness::REJOIN_SETTLE;
@@ -38,7 +39,6 @@ use ferrolb_speaker::membership::{
 use ferrolb_speaker::shell::metrics::Metrics;
 use ferrolb_speaker::shell::pace::Pace;
 use ferrolb_speaker::shell::sessions::SessionStateWriter;
-use ferrolb_speaker::shell::snapshot::secret_bytes;
 use ferrolb_speaker::shell::status::{ConfigStateWriter, StatusQueue, StatusWriter};
 use ferrolb_speaker::shell::{Settings, Speaker};
 use ferrolb_telemetry::events::{self, EventQueue};
@@ -117,7 +117,7 @@ struct Args {
 }
 
 fn drain_time(s: &str) -> Result<Duration, String> {
-    ferrolb_speaker::shell::snapshot::parse_duration(s)
+    ferrolb_api::duration::parse_duration(s)
         .ok_or_else(|| format!("`{s}` is not a duration such as 5s"))
 }
 

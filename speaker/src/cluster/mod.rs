@@ -29,6 +29,7 @@
 
 pub mod convert;
 pub mod input;
+pub mod peers;
 mod records;
 mod table;
 
@@ -47,11 +48,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
+use crate::bgp::config::PeerConfig;
 use crate::membership::seeds::{SpeakerPod, speaker_pod};
 use input::{
     BgpAdvertisementInfo, BgpPeerInfo, L2AdvertisementInfo, NodeInfo, PoolInfo, ServiceInfo,
     ServiceKey, Snapshot,
 };
+use peers::PeerConfigError;
 
 /// What the speaker handles, from its flags.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -724,6 +727,22 @@ impl Cluster {
     /// The Secrets of the install namespace.
     pub fn secret_objects(&self) -> Vec<Secret> {
         sorted(&self.secrets)
+    }
+
+    /// The BGP sessions' configuration on this node (the peers whose `nodeSelectors` select
+    /// it), and why any peer cannot be configured.
+    pub fn peer_configs(&self) -> (Vec<PeerConfig>, Vec<PeerConfigError>) {
+        let labels = self
+            .nodes()
+            .get(&self.scope.this_node)
+            .map(|n| n.labels.clone())
+            .unwrap_or_default();
+        peers::peer_configs(
+            &self.peer_objects(),
+            &labels,
+            &self.secret_objects(),
+            &self.bfd_profile_objects(),
+        )
     }
 
     /// The whole model as the reference planners' snapshot (tests and diagnostics: this costs

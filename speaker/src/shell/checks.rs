@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use ferrolb_api::summary::Problem;
 
-use super::snapshot::PeerConfigError;
 use crate::bgp::config::PeerConfig;
 use crate::bgp::{PeerStatus, State};
+use crate::cluster::peers::PeerConfigError;
 use crate::l2::kernel_arp::{Exposure, KernelArp, sysctl_name};
 
 /// How long a configured peer's session may stay down (at start, or after it went down)

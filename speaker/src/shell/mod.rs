@@ -15,9 +15,9 @@
 
 pub mod checks;
 pub mod metrics;
+pub mod names;
 pub mod pace;
 pub mod sessions;
-pub mod snapshot;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,6 +31,7 @@ use tracing::{debug, info, warn};
 
 use crate::bgp::config::{Advertisement, PeerConfig, PeerId};
 use crate::bgp::{BgpSpeaker, State};
+use crate::cluster::peers::PeerConfigError;
 use crate::cluster::{Changes, Cluster};
 use crate::l2::arrivals::Arrivals;
 use crate::l2::host::HostRead;
@@ -122,7 +123,7 @@ pub struct Speaker {
     status: Arc<StatusQueue>,
     events: Arc<EventQueue>,
     /// The `BGPPeer`s selecting this node that are configured in part or not at all.
-    peer_errors: Vec<snapshot::PeerConfigError>,
+    peer_errors: Vec<PeerConfigError>,
     node_uid: Option<String>,
     session_states: sessions::SessionStates,
     session_report: tokio::sync::watch::Sender<Option<Arc<sessions::Report>>>,
@@ -810,17 +811,7 @@ impl Speaker {
             return BTreeSet::new();
         };
         if changes.config {
-            let labels = cluster
-                .nodes()
-                .get(&self.settings.node)
-                .map(|n| n.labels.clone())
-                .unwrap_or_default();
-            let (peers, errors) = snapshot::peer_configs(
-                &cluster.peer_objects(),
-                &labels,
-                &cluster.secret_objects(),
-                &cluster.bfd_profile_objects(),
-            );
+            let (peers, errors) = cluster.peer_configs();
             for e in &errors {
                 if e.keeps_the_peer() {
                     warn!(error = %e, "BGP peer configured in part");

@@ -33,10 +33,10 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use super::metrics::Metrics;
-use super::snapshot::PeerConfigError;
 use super::status::Written;
 use crate::bgp::config::{PeerConfig, PeerId};
 use crate::bgp::{NotificationRecord, PeerStatus, State};
+use crate::cluster::peers::PeerConfigError;
 
 /// Shortest time between two passes of writes (a flapping session is written at this rate at
 /// most; its latest state always lands).
@@ -59,7 +59,7 @@ pub struct Report {
 /// The name of the object for `peer` on `node`: `<peer>.<node>`, shortened with a hash when
 /// it would pass the 253-character limit.
 pub fn object_name(peer: &str, node: &str) -> String {
-    super::snapshot::object_name(&[peer, node])
+    super::names::object_name(&[peer, node])
 }
 
 /// Builds the objects' contents from the sessions' states. Pure: `now` is passed in. Keeps,

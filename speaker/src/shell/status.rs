@@ -63,7 +63,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use super::metrics::Metrics;
-use super::snapshot::{status_labels, status_object_name};
+use super::names::{status_labels, status_object_name};
 use crate::planner::ServiceKey;
 
 /// Status writes in flight at once.

@@ -1,18 +1,18 @@
-//! From the kept cluster objects to the BGP sessions' configuration, and the names of status
-//! objects. Pure: no I/O, no clock.
+//! From the kept `BGPPeer`, `BFDProfile` and Secret objects to the BGP sessions'
+//! configuration ([`crate::bgp::PeerConfig`]), with why a peer cannot be configured. Pure: no
+//! I/O, no clock.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_api::names;
 use ferrolb_api::v1beta1::{BFDProfile, BGPPeer, BgpRole};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use crate::bgp::config::{BfdSettings, PeerConfig, Role};
 
-pub use ferrolb_api::duration::parse_duration;
+use ferrolb_api::duration::parse_duration;
 
 /// Why a `BGPPeer` cannot be configured on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -260,35 +260,6 @@ pub fn secret_bytes(secrets: &[Secret], name: &str, key: &str) -> Option<Vec<u8>
         .map(|v| v.clone().into_bytes())
 }
 
-/// The name of a per-node status object for a Service: `<service>.<namespace>.<node>`,
-/// shortened with a hash when it would pass the 253-character limit.
-pub fn status_object_name(namespace: &str, service: &str, node: &str) -> String {
-    object_name(&[service, namespace, node])
-}
-
-/// `parts` joined with dots, shortened with a hash when the name would pass the
-/// 253-character limit of an object name.
-pub fn object_name(parts: &[&str]) -> String {
-    let full = parts.join(".");
-    if full.len() <= 253 {
-        return full;
-    }
-    let hash = crate::l2::election::score(&full, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    format!("{}.{hash:016x}", &full[..230])
-}
-
-/// Labels that tie a status object to its Service and node.
-pub fn status_labels(namespace: &str, service: &str, node: &str) -> BTreeMap<String, String> {
-    [
-        (names::STATUS_NODE_LABEL, node),
-        (names::STATUS_SERVICE_NAME_LABEL, service),
-        (names::STATUS_SERVICE_NAMESPACE_LABEL, namespace),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,15 +444,5 @@ mod tests {
             secret_value(&secrets, "ferrolb-memberlist", "secretkey"),
             None
         );
-    }
-
-    #[test]
-    fn status_object_names_stay_within_the_kubernetes_limit() {
-        assert_eq!(
-            status_object_name("default", "web", "node-a"),
-            "web.default.node-a"
-        );
-        let long = "n".repeat(250);
-        assert!(status_object_name("default", "web", &long).len() <= 253);
     }
 }
