@@ -14,6 +14,8 @@
 //! what changed since the previous call.
 
 pub mod checks;
+#[cfg(test)]
+mod golden;
 pub mod metrics;
 pub mod names;
 pub mod pace;

@@ -240,7 +240,7 @@ impl StatusQueue {
     }
 
     /// Takes the first waiting Service that is not being written already.
-    fn pop(&self) -> Option<(ServiceKey, Desired)> {
+    pub(crate) fn pop(&self) -> Option<(ServiceKey, Desired)> {
         let mut inner = self.inner.lock().expect("status queue lock");
         let key = inner
             .pending
@@ -252,7 +252,7 @@ impl StatusQueue {
         Some((key, desired))
     }
 
-    fn done(&self, key: &ServiceKey) {
+    pub(crate) fn done(&self, key: &ServiceKey) {
         let mut inner = self.inner.lock().expect("status queue lock");
         inner.in_flight.remove(key);
         if inner.pending.contains_key(key) {
