@@ -25,7 +25,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info};
 
-use crate::error::ApiCallError;
+use crate::apicall::ApiCallError;
 
 /// What the controller knows of its `ConfigurationState`.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,8 +82,10 @@ impl ConfigStateWriter {
         if self.known == Known::Absent {
             match self.api.create(&PostParams::default(), &self.empty()).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => match ApiCallError::from(e) {
+                    ApiCallError::Conflict => {}
+                    e => return Err(e),
+                },
             }
             self.known = Known::Says(None);
         }

@@ -4,7 +4,7 @@
 //! - [`allocator`]: the pure allocator (no I/O, no clock).
 //! - [`configstate`]: the controller's `ConfigurationState`, written only on change.
 //! - [`convert`]: Kubernetes objects to allocator data and back (pure).
-//! - [`error`]: why an API call failed, as a type with a metric label.
+//! - [`apicall`]: why an API call failed, as a type with a metric label, and the retry back-off.
 //! - [`events`]: Events on their own task, through a bounded coalescing queue.
 //! - [`queue`]: the deduplicating work queue keyed by Service.
 //! - [`leader`]: Lease election (pure core + shell).
@@ -14,7 +14,8 @@
 pub mod allocator;
 pub mod configstate;
 pub mod convert;
-pub mod error;
+/// Why an API call failed, and how long to wait before trying again (shared with the speaker).
+pub use ferrolb_telemetry::apicall;
 /// Events on their own bounded, coalescing queue (shared with the speaker).
 pub use ferrolb_telemetry::events;
 pub mod leader;

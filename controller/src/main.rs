@@ -235,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
         events
             .clone()
             .run(client.clone(), reporter, move |event, e| {
-                let e = ferrolb_controller::error::ApiCallError::from(e);
+                let e = ferrolb_controller::apicall::ApiCallError::from(e);
                 tracing::debug!(reason = %event.reason, error = %e, "publishing an Event failed");
                 event_metrics.api_error("event", &e);
             }),

@@ -28,7 +28,7 @@ pub struct ReasonLabels {
 pub struct OperationLabels {
     /// What was attempted (`status_write`, `list`, `event`, ...).
     pub operation: String,
-    /// Why it failed: [`crate::error::ApiCallError::metric_label`].
+    /// Why it failed: [`crate::apicall::ApiCallError::metric_label`].
     pub reason: String,
 }
 
@@ -132,7 +132,7 @@ impl Metrics {
     }
 
     /// Counts a failed API call of `operation`.
-    pub fn api_error(&self, operation: &str, error: &crate::error::ApiCallError) {
+    pub fn api_error(&self, operation: &str, error: &crate::apicall::ApiCallError) {
         self.api_errors
             .get_or_create(&OperationLabels {
                 operation: operation.into(),

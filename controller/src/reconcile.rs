@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ferrolb_api::names;
 use ferrolb_api::summary::{Checked, Problem};
@@ -44,12 +44,12 @@ use serde_json::json;
 use tracing::{Instrument, debug, debug_span, info, warn};
 
 use crate::allocator::{Allocator, IpFamily, IpMode, Outcome, Pool, ServiceKey};
+use crate::apicall::{self, ApiCallError};
 use crate::configstate::ConfigStateWriter;
 use crate::convert::{
     ClassFilter, allocator_pools, current_ingress, desired_ingress, request_from_service,
     service_key,
 };
-use crate::error::ApiCallError;
 use crate::events::{EventQueue, Pushed};
 use crate::leader::lease::Leadership;
 use crate::metrics::{AssignedLabels, Metrics, PoolLabels, ReasonLabels};
@@ -732,7 +732,7 @@ impl Controller {
             }
             let m = self.memo.entry(key.clone()).or_default();
             m.write_failures += 1;
-            let at = now + write_backoff(m.write_failures);
+            let at = now + apicall::backoff(m.write_failures);
             if let Some(old) = m.retry_at.replace(at) {
                 self.backoff.remove(&(old, key.clone()));
             }
@@ -1141,27 +1141,4 @@ async fn write_status(
         .await
         .map(|_| ())
         .map_err(ApiCallError::from)
-}
-
-/// How long a Service waits after its `failures`-th failed write in a row: 200 ms doubling,
-/// at most 30 s.
-pub fn write_backoff(failures: u32) -> Duration {
-    let ms = 200u64.saturating_mul(1 << failures.saturating_sub(1).min(8));
-    Duration::from_millis(ms.min(30_000))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn write_backoff_doubles_from_200_ms_to_at_most_30_s() {
-        let waits: Vec<u64> = (1..=10)
-            .map(|n| write_backoff(n).as_millis() as u64)
-            .collect();
-        assert_eq!(
-            waits,
-            [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
-        );
-    }
 }

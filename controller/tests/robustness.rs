@@ -155,7 +155,7 @@ async fn a_service_whose_writes_always_fail_does_not_slow_the_others_and_gets_an
     // few seconds more.
     faults.clear();
     let failed = status_writes();
-    let next_retry = ferrolb_controller::reconcile::write_backoff(failed as u32);
+    let next_retry = ferrolb_controller::apicall::backoff(failed as u32);
     let api = Api::<Service>::namespaced(cluster.client(), "default");
     let ingress = eventually(
         next_retry + Duration::from_secs(5),

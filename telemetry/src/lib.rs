@@ -1,7 +1,9 @@
 //! What both FerroLB binaries share: log setup (text or JSON), the HTTP endpoints `/metrics`
 //! (Prometheus text format), `/healthz` (the process serves) and `/readyz` (the binary says it is
-//! ready), the Kubernetes client they build, and how they notice they must stop.
+//! ready), the Kubernetes client they build, how they notice they must stop, and how they
+//! classify and retry a failed call to the API server ([`apicall`]).
 
+pub mod apicall;
 pub mod events;
 pub mod memory;
 mod runtime;

@@ -4,12 +4,14 @@
 //! the `/metrics` page of the controller or of a speaker, and every `ferrolb_` name on those
 //! pages must be one the code declares (the list the chart suite checks the dashboard against).
 //!
-//! Two of the dashboard's series exist only after their event: an allocation failure (the test
-//! creates a Service asking for a pool that does not exist, as a user's typo would) and a failed
-//! Service status write of the controller (the test API server fails the next PATCH of a Service
-//! with a 500, then the controller's retry succeeds). On a real kube-apiserver
-//! (`FERROLB_APISERVER=real`) there is no fault injection, and the status-write series is not
-//! required; that is said on the output.
+//! Three of the dashboard's series exist only after their event: an allocation failure (the
+//! test creates a Service asking for a pool that does not exist, as a user's typo would), a
+//! failed Service status write of the controller (the test API server fails the next PATCH of a
+//! Service with a 500, then the controller's retry succeeds) and a failed status object write
+//! of a speaker (the test API server fails the next creation of a `ServiceL2Status` with a 500,
+//! then the speaker's retry succeeds). On a real kube-apiserver (`FERROLB_APISERVER=real`) there
+//! is no fault injection, and the status-write series are not required; that is said on the
+//! output.
 //!
 //! Skipped with a printed reason only when not root or when `ferrolb-speaker` is not built.
 
@@ -28,12 +30,16 @@ use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(30);
 
-/// A Service the test adds, whose first status write the test API server fails.
+/// A Service the test adds, whose first status write and whose `ServiceL2Status`'s creation
+/// the test API server fails.
 const PROBE: &str = "dashboard-probe";
 /// A Service asking for a pool that does not exist: an allocation failure.
 const NO_POOL: &str = "dashboard-no-pool";
 /// The series only an injected fault makes appear.
-const FAULT_ONLY: &[&str] = &["ferrolb_api_errors_total"];
+const FAULT_ONLY: &[&str] = &[
+    "ferrolb_api_errors_total",
+    "ferrolb_status_write_failures_total",
+];
 
 /// The `/metrics` pages of the controller and of every node's speaker, with what they are; a
 /// process that does not answer gives no page.
@@ -85,12 +91,14 @@ fn create(lab: &Lab, svc: Service) {
     .unwrap_or_else(|e| panic!("creating a Service: {e}"));
 }
 
-/// Makes the test API server fail the next PATCH of a Service with a 500.
-fn fail_next_service_patch(lab: &Lab) {
+/// Makes the test API server fail the next `verb` request on `resource` (plural) with a 500.
+fn fail_next(lab: &Lab, resource: &str, verb: &str) {
     let client = lab.client();
-    let request = axum::http::Request::post("/_fault/fail?resource=services&verb=patch&count=1")
-        .body(Vec::new())
-        .expect("a request");
+    let request = axum::http::Request::post(format!(
+        "/_fault/fail?resource={resource}&verb={verb}&count=1"
+    ))
+    .body(Vec::new())
+    .expect("a request");
     lab.block(async move { client.request_text(request).await })
         .unwrap_or_else(|e| panic!("the test API server refused the fault: {e}"));
 }
@@ -117,10 +125,11 @@ fn every_metric_the_dashboard_reads_is_on_the_metrics_pages_of_the_running_lab()
     // The events behind the series that do not exist until they happen.
     let faults = BackendKind::from_env() == BackendKind::Double;
     if faults {
-        fail_next_service_patch(&lab);
+        fail_next(&lab, "services", "patch");
+        fail_next(&lab, "servicel2statuses", "create");
     } else {
         ferrolb_tests::skip::skip_double_only_part(format!(
-            "failing a Service status write (no fault injection on a real API server): \
+            "failing the status writes (no fault injection on a real API server): \
              {FAULT_ONLY:?} not required"
         ));
         wanted.retain(|name| !FAULT_ONLY.contains(&name.as_str()));
@@ -181,6 +190,16 @@ fn every_metric_the_dashboard_reads_is_on_the_metrics_pages_of_the_running_lab()
                     && l.contains(r#"operation="status_write""#)
             }),
             "the failed status write is counted as one:\n{controller}"
+        );
+        assert!(
+            pages.iter().any(|(what, page)| {
+                what.starts_with("speaker ")
+                    && page.lines().any(|l| {
+                        l.starts_with("ferrolb_status_write_failures_total{")
+                            && l.contains(r#"reason="unavailable""#)
+                    })
+            }),
+            "the failed ServiceL2Status creation is counted under its reason on a speaker's page"
         );
     }
 

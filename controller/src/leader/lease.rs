@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::{Action, Elector, Observed, Role};
+use crate::apicall::ApiCallError;
 
 /// Reads `leading_until` published by [`run`]: whether this replica may act now.
 #[derive(Debug, Clone)]
@@ -121,7 +122,9 @@ pub async fn run(
         match attempt {
             Ok(Ok(true)) => elector.written(sent),
             Ok(Ok(false)) => {}
-            Ok(Err(kube::Error::Api(e))) if e.code == 409 => debug!("lease changed under us"),
+            Ok(Err(e)) if matches!(ApiCallError::from(&e), ApiCallError::Conflict) => {
+                debug!("lease changed under us")
+            }
             Ok(Err(e)) => warn!(error = %e, "lease request failed"),
             Err(_) => warn!("lease request timed out"),
         }

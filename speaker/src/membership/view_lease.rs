@@ -11,6 +11,7 @@
 //! soon, not after the client's own minute. Only the Lease named [`LEASE_NAME`] is watched (a
 //! field selector), so no other Lease of the namespace reaches the speakers.
 use super::partition::{LEASE_NAME, VIEW_ANNOTATION, View, Write, Written};
+use ferrolb_telemetry::apicall::ApiCallError;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -73,7 +74,9 @@ impl ViewLease {
                 .await
                 {
                     Ok(Ok(())) => Written::Done,
-                    Ok(Err(kube::Error::Api(e))) if e.code == 409 => Written::Conflict,
+                    Ok(Err(e)) if matches!(ApiCallError::from(&e), ApiCallError::Conflict) => {
+                        Written::Conflict
+                    }
                     Ok(Err(e)) => {
                         warn!(error = %e, lease = LEASE_NAME, "cannot write this speaker's view of the live speakers");
                         Written::Unreachable

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use ferrolb_telemetry::apicall::ApiCallError;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -107,8 +108,9 @@ pub struct Metrics {
     pub l2_kernel_arp: Family<ReasonLabels, Gauge>,
     /// Services whose status objects wait to be written.
     pub status_pending: Gauge,
-    /// Status writes that failed (each is retried with back-off).
-    pub status_write_failures: Counter,
+    /// Writes of this node's objects (status objects, `BGPSessionState`, `ConfigurationState`)
+    /// that failed, by reason ([`ApiCallError::metric_label`]); each is retried with back-off.
+    pub status_write_failures: Family<ReasonLabels, Counter>,
     /// Events dropped because the Event queue was full.
     pub events_dropped: Counter,
 }
@@ -228,7 +230,7 @@ impl Metrics {
         );
         r.register(
             "status_write_failures",
-            "Status object writes that failed (retried with back-off)",
+            "Status object writes that failed, by reason (retried with back-off)",
             self.status_write_failures.clone(),
         );
         r.register(
@@ -237,6 +239,14 @@ impl Metrics {
             self.events_dropped.clone(),
         );
     }
+
+    /// Counts a failed write of one of this node's objects under the reason of `error`.
+    pub fn status_write_failed(&self, error: &kube::Error) {
+        let reason = ApiCallError::from(error).metric_label().to_owned();
+        self.status_write_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
 }
 
 /// Advances `counter` to `value` (counters never go back; a restarted core starts from 0).
@@ -244,5 +254,40 @@ pub fn advance(counter: &Counter, value: u64) {
     let now = counter.get();
     if value > now {
         counter.inc_by(value - now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure("m", "r").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn a_failed_status_write_is_counted_under_its_reason() {
+        let metrics = Metrics::default();
+        let mut registry = Registry::with_prefix("ferrolb");
+        metrics.register(&mut registry);
+        metrics.status_write_failed(&api(503));
+        metrics.status_write_failed(&api(500));
+        metrics.status_write_failed(&api(404));
+        let mut page = String::new();
+        prometheus_client::encoding::text::encode(&mut page, &registry).expect("encoded");
+        let mut lines: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("ferrolb_status_write_failures_total{"))
+            .collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                r#"ferrolb_status_write_failures_total{reason="not_found"} 1"#,
+                r#"ferrolb_status_write_failures_total{reason="unavailable"} 2"#,
+            ]
+        );
     }
 }

@@ -26,6 +26,7 @@ use ferrolb_api::names;
 use ferrolb_api::v1beta1::{
     BGPNotificationInfo, BGPSessionState, BGPSessionStateStatus, CONDITION_READY,
 };
+use ferrolb_telemetry::apicall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::ObjectMeta;
 use kube::{Api, Client};
@@ -41,8 +42,6 @@ use crate::cluster::peers::PeerConfigError;
 /// Shortest time between two passes of writes (a flapping session is written at this rate at
 /// most; its latest state always lands).
 pub const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
-/// Longest retry delay after a failed pass.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// `bgpState` of a `BGPPeer` that selects this node but cannot be used.
 pub const NOT_CONFIGURED: &str = "NotConfigured";
@@ -224,12 +223,11 @@ impl SessionStateWriter {
     /// first report (the objects a previous speaker left are kept until then).
     pub async fn run(self, mut reports: watch::Receiver<Option<Arc<Report>>>) {
         let api: Api<BGPSessionState> = Api::namespaced(self.client.clone(), &self.namespace);
-        let written = super::status::until_listed(
-            "listing this node's BGPSessionState objects",
-            MIN_PASS_INTERVAL,
-            || Written::load(api.clone(), &self.node),
-        )
-        .await;
+        let written =
+            super::status::until_listed("listing this node's BGPSessionState objects", || {
+                Written::load(api.clone(), &self.node)
+            })
+            .await;
         let mut failures = 0u32;
         loop {
             let Some(report) = reports.borrow_and_update().clone() else {
@@ -248,12 +246,9 @@ impl SessionStateWriter {
                 }
                 Err(e) => {
                     failures += 1;
-                    self.metrics.status_write_failures.inc();
+                    self.metrics.status_write_failed(&e);
                     warn!(error = %e, attempt = failures, "writing a BGPSessionState failed; retrying");
-                    let delay = MIN_PASS_INTERVAL
-                        .saturating_mul(1 << (failures - 1).min(5))
-                        .min(MAX_BACKOFF);
-                    tokio::time::sleep(delay).await;
+                    tokio::time::sleep(apicall::backoff(failures)).await;
                 }
             }
         }

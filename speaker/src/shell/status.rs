@@ -53,6 +53,7 @@ use ferrolb_api::v1beta1::{
     Component, ConfigurationState, ConfigurationStateSpec, ConfigurationStateStatus,
     speaker_object_name,
 };
+use ferrolb_telemetry::apicall::{self, ApiCallError};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -68,28 +69,24 @@ use crate::planner::ServiceKey;
 
 /// Status writes in flight at once.
 pub const WRITERS: usize = 4;
-/// First retry delay of a failed write; doubled per failure up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-/// Longest retry delay.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Runs `op` until it succeeds, waiting `first` after the first failure and twice as long after
-/// each next one, up to [`MAX_BACKOFF`]; every failure is logged as `what` failing. For the
-/// writers' first list of this node's objects, which nothing can proceed without.
-pub(crate) async fn until_listed<T, E, F, Fut>(what: &str, first: Duration, mut op: F) -> T
+/// Runs `op` until it succeeds, waiting [`apicall::backoff`] of the failures so far after each
+/// failure; every failure is logged as `what` failing. For the writers' first list of this
+/// node's objects, which nothing can proceed without.
+pub(crate) async fn until_listed<T, E, F, Fut>(what: &str, mut op: F) -> T
 where
     E: std::fmt::Display,
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let mut delay = first;
+    let mut failures = 0u32;
     loop {
         match op().await {
             Ok(v) => return v,
             Err(e) => {
                 warn!(error = %e, "{what} failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_BACKOFF);
+                failures += 1;
+                tokio::time::sleep(apicall::backoff(failures)).await;
             }
         }
     }
@@ -354,7 +351,7 @@ impl<K: StatusKind> Written<K> {
                     self.record(name, None);
                     Ok(())
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 => {
+                Err(e) if matches!(ApiCallError::from(&e), ApiCallError::NotFound) => {
                     self.record(name, None);
                     Ok(())
                 }
@@ -369,7 +366,7 @@ impl<K: StatusKind> Written<K> {
                         .await
                     {
                         Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) if matches!(ApiCallError::from(&e), ApiCallError::Conflict) => {}
                         Err(e) => return Err(e),
                     }
                     self.record(name, Some(None));
@@ -384,12 +381,13 @@ impl<K: StatusKind> Written<K> {
                         self.record(name, Some(Some(fingerprint(want))));
                         Ok(())
                     }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {
-                        // Deleted behind our back: create it again on the retry.
-                        self.record(name, None);
-                        Err(kube::Error::Api(e))
+                    Err(e) => {
+                        if matches!(ApiCallError::from(&e), ApiCallError::NotFound) {
+                            // Deleted behind our back: create it again on the retry.
+                            self.record(name, None);
+                        }
+                        Err(e)
                     }
-                    Err(e) => Err(e),
                 }
             }
         }
@@ -490,12 +488,9 @@ impl StatusWriter {
                             *n += 1;
                             *n
                         };
-                        this.metrics.status_write_failures.inc();
+                        this.metrics.status_write_failed(&e);
                         warn!(service = %key, error = %e, attempt = n, "writing a status object failed; retrying");
-                        let delay = FIRST_BACKOFF
-                            .saturating_mul(1 << (n - 1).min(6))
-                            .min(MAX_BACKOFF);
-                        tokio::time::sleep(delay).await;
+                        tokio::time::sleep(apicall::backoff(n)).await;
                         queue.retry(key.clone(), desired);
                         queue.done(&key);
                     }
@@ -508,12 +503,7 @@ impl StatusWriter {
     async fn load<K: StatusKind>(&self) -> Arc<Written<K>> {
         let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
         let what = format!("listing this node's {} objects", K::kind(&()));
-        Arc::new(
-            until_listed(&what, FIRST_BACKOFF, || {
-                Written::load(api.clone(), &self.node)
-            })
-            .await,
-        )
+        Arc::new(until_listed(&what, || Written::load(api.clone(), &self.node)).await)
     }
 
     async fn write(
@@ -566,7 +556,7 @@ impl StatusWriter {
                     Ok(_) => {
                         debug!(service = %key, object = %obj.name_any(), "removed a dead owner's status")
                     }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) if matches!(ApiCallError::from(&e), ApiCallError::NotFound) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -615,12 +605,11 @@ impl ConfigStateWriter {
         let api: Api<ConfigurationState> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = speaker_object_name(&self.node);
         // `None`: the object does not exist; `Some(None)`: it has no status yet.
-        let mut written: Option<Option<ConfigurationStateStatus>> = until_listed(
-            "listing this node's ConfigurationState",
-            FIRST_BACKOFF,
-            || self.load(&api, &name),
-        )
-        .await;
+        let mut written: Option<Option<ConfigurationStateStatus>> =
+            until_listed("listing this node's ConfigurationState", || {
+                self.load(&api, &name)
+            })
+            .await;
         let mut failures = 0u32;
         loop {
             let Some(report) = reports.borrow_and_update().clone() else {
@@ -652,15 +641,12 @@ impl ConfigStateWriter {
                     }
                     Err(e) => {
                         failures += 1;
-                        self.metrics.status_write_failures.inc();
+                        self.metrics.status_write_failed(&e);
                         warn!(error = %e, attempt = failures, "writing this node's ConfigurationState failed; retrying");
-                        if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                        if matches!(ApiCallError::from(e), ApiCallError::NotFound) {
                             written = None; // deleted behind our back: create it again
                         }
-                        let delay = FIRST_BACKOFF
-                            .saturating_mul(1 << (failures - 1).min(6))
-                            .min(MAX_BACKOFF);
-                        tokio::time::sleep(delay).await;
+                        tokio::time::sleep(apicall::backoff(failures)).await;
                         continue;
                     }
                 }
@@ -730,7 +716,7 @@ impl ConfigStateWriter {
             };
             match api.create(&PostParams::default(), &object).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) if matches!(ApiCallError::from(&e), ApiCallError::Conflict) => {}
                 Err(e) => return Err(e),
             }
         }

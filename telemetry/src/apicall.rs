@@ -1,7 +1,24 @@
-//! Why a call to the API server failed, typed, so the retry policy, the metric label and the
-//! Event say the same thing.
+//! How both binaries treat a failed call to the API server: [`ApiCallError`] says why it
+//! failed, typed, so that the retry policy, the metric label and the log or Event say the same
+//! thing; [`backoff`] says how long a writer waits before it tries again.
 
-/// A failed API call of the controller.
+use std::time::Duration;
+
+/// The wait after the first failure in a row; each further failure doubles it.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest wait, however many failures came before.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How long a writer waits after its `failures`-th failed call in a row before it tries again:
+/// [`FIRST_BACKOFF`] doubled per further failure, at most [`MAX_BACKOFF`]. `0` waits as long
+/// as `1`.
+pub fn backoff(failures: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1 << failures.saturating_sub(1).min(8))
+        .min(MAX_BACKOFF)
+}
+
+/// A failed call to the API server.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiCallError {
     /// The object changed since it was read (409): it is read again and planned again.
@@ -24,7 +41,7 @@ pub enum ApiCallError {
         /// The server's message.
         message: String,
     },
-    /// Another answer the controller does not expect.
+    /// Another answer the caller does not expect.
     #[error("the API server answered {code}: {message}")]
     Unexpected {
         /// The HTTP status.
@@ -35,13 +52,15 @@ pub enum ApiCallError {
     /// No answer: connection, TLS or timeout.
     #[error("the API server could not be reached: {0}")]
     Transport(String),
-    /// This replica stopped leading before the call.
+    /// This replica stopped leading before the call. The controller's own: it never comes from
+    /// a [`kube::Error`], and the speaker, which has no leader, never meets it.
     #[error("this replica no longer leads")]
     NotLeader,
 }
 
 impl ApiCallError {
-    /// The `reason` label of `ferrolb_api_errors_total`.
+    /// The `reason` label of the failure counters (`ferrolb_api_errors_total` of the
+    /// controller, `ferrolb_status_write_failures_total` of the speaker).
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::Conflict => "conflict",
@@ -64,6 +83,13 @@ impl ApiCallError {
 
 impl From<kube::Error> for ApiCallError {
     fn from(e: kube::Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+/// Classifies an error the caller still needs (to log it or to return it as it is).
+impl From<&kube::Error> for ApiCallError {
+    fn from(e: &kube::Error) -> Self {
         match e {
             kube::Error::Api(s) => {
                 let message = s.message.clone();
@@ -120,5 +146,14 @@ mod tests {
         assert!(ApiCallError::NotLeader.is_benign());
         assert!(!ApiCallError::from(api(500)).is_benign());
         assert!(!ApiCallError::from(api(403)).is_benign());
+    }
+
+    #[test]
+    fn backoff_doubles_from_200_ms_to_at_most_30_s() {
+        let waits: Vec<u64> = (1..=10).map(|n| backoff(n).as_millis() as u64).collect();
+        assert_eq!(
+            waits,
+            [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
     }
 }
