@@ -31,7 +31,7 @@ use ferrolb_controller::leader::{Elector, Timing};
 use ferrolb_controller::metrics::Metrics;
 use ferrolb_controller::queue::WorkQueue;
 use ferrolb_controller::reconcile::{Controller, Scope, Settings, Stores};
-use ferrolb_telemetry::{LogFormat, Readiness};
+use ferrolb_telemetry::LogFormat;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kube::Api;
 use kube::api::PartialObjectMeta;
@@ -124,19 +124,9 @@ async fn main() -> anyhow::Result<()> {
     let client = ferrolb_telemetry::kube_client(args.kubeconfig.as_deref(), &agent).await?;
     info!(%identity, namespace = %args.namespace, class = %args.load_balancer_class, "starting");
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Metrics::default();
-    let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
-    metrics.register(&mut registry);
-    ferrolb_telemetry::register_runtime_metrics(&mut registry);
-    let ready = Readiness::default();
-    ferrolb_telemetry::serve(
-        args.metrics_addr,
-        Arc::new(registry),
-        ready.clone(),
-        shutdown_rx.clone(),
-    )
-    .await?;
+    let (shutdown_tx, ready) =
+        ferrolb_telemetry::serve_process(args.metrics_addr, |r| metrics.register(r)).await?;
 
     let timing = Timing {
         lease_duration: args.lease_duration,
@@ -150,58 +140,93 @@ async fn main() -> anyhow::Result<()> {
         args.lease_name.clone(),
         Elector::new(identity.clone(), timing),
         until_tx,
-        shutdown_rx.clone(),
+        shutdown_tx.subscribe(),
     ));
-    let mut leadership = Leadership::new(until_rx);
+    let leadership = Leadership::new(until_rx);
 
     let queue = Arc::new(WorkQueue::new());
-    let ns = args.namespace.clone();
-    let stores = Stores {
-        services: spawn_store(Api::all(client.clone()), &queue, |q, s: &Service| {
+    let stores = spawn_stores(&client, &args.namespace, &queue);
+    wait_until_listed(&stores).await?;
+    ready.set(true);
+
+    let events = spawn_events(&client, &identity, &metrics);
+    let assigner = Assigner {
+        client,
+        settings: Settings {
+            namespace: args.namespace.clone(),
+            filter: ClassFilter {
+                class: args.load_balancer_class.clone(),
+                ignore_unclassed: args.ignore_unclassed,
+            },
+            default_ip_mode: args.default_ip_mode,
+        },
+        leadership,
+        metrics,
+        events,
+        queue,
+        stores,
+        resync_period: args.resync_period,
+    };
+    tokio::select! {
+        _ = assigner.run() => {}
+        _ = ferrolb_telemetry::shutdown_signal() => info!("shutting down"),
+    }
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+    Ok(())
+}
+
+/// One watch and cache per kind, each recording what it changes in `queue`.
+fn spawn_stores(client: &kube::Client, ns: &str, queue: &Arc<WorkQueue>) -> Stores {
+    Stores {
+        services: spawn_store(Api::all(client.clone()), queue, |q, s: &Service| {
             q.add(service_key(s))
         }),
-        namespaces: spawn_store(Api::all(client.clone()), &queue, |q, _: &Namespace| {
+        namespaces: spawn_store(Api::all(client.clone()), queue, |q, _: &Namespace| {
             q.add_everything()
         }),
         pools: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &IPAddressPool| q.add_config(),
         ),
         l2: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &L2Advertisement| q.add_config(),
         ),
         bgp: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &BGPAdvertisement| q.add_config(),
         ),
         peers: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &BGPPeer| q.add_config(),
         ),
         communities: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &Community| q.add_config(),
         ),
         bfd_profiles: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &BFDProfile| q.add_config(),
         ),
         // Metadata-only LIST and WATCH: peers' password Secrets are checked by name, and the
         // controller never holds Secret data.
         secrets: spawn_store(
-            Api::namespaced(client.clone(), &ns),
-            &queue,
+            Api::namespaced(client.clone(), ns),
+            queue,
             |q, _: &PartialObjectMeta<Secret>| q.add_config(),
         ),
-    };
+    }
+}
 
+/// Returns once every kind has been listed.
+async fn wait_until_listed(stores: &Stores) -> anyhow::Result<()> {
     stores.services.wait_until_ready().await?;
     stores.namespaces.wait_until_ready().await?;
     stores.pools.wait_until_ready().await?;
@@ -215,109 +240,119 @@ async fn main() -> anyhow::Result<()> {
     stores.bgp.wait_until_ready().await?;
     stores.peers.wait_until_ready().await?;
     stores.communities.wait_until_ready().await?;
-    ready.set(true);
+    Ok(())
+}
 
-    let settings = Settings {
-        namespace: args.namespace.clone(),
-        filter: ClassFilter {
-            class: args.load_balancer_class.clone(),
-            ignore_unclassed: args.ignore_unclassed,
-        },
-        default_ip_mode: args.default_ip_mode,
-    };
+/// The task that publishes the controller's Events; returns its queue.
+fn spawn_events(client: &kube::Client, identity: &str, metrics: &Metrics) -> Arc<EventQueue> {
     let reporter = Reporter {
         controller: "ferrolb-controller".into(),
-        instance: Some(identity.clone()),
+        instance: Some(identity.to_owned()),
     };
     let events = Arc::new(EventQueue::new(events::CAPACITY));
-    let event_metrics = metrics.clone();
+    let metrics = metrics.clone();
     tokio::spawn(
         events
             .clone()
             .run(client.clone(), reporter, move |event, e| {
                 let e = ferrolb_controller::apicall::ApiCallError::from(e);
                 tracing::debug!(reason = %event.reason, error = %e, "publishing an Event failed");
-                event_metrics.api_error("event", &e);
+                metrics.api_error("event", &e);
             }),
     );
+    events
+}
 
-    let work = async {
+/// Assigns addresses while this replica leads: a full pass when it starts leading, then a pass
+/// over what changed (a change and what follows it within 20 ms), retries when due, and the
+/// safety net every `resync_period`.
+struct Assigner {
+    client: kube::Client,
+    settings: Settings,
+    leadership: Leadership,
+    metrics: Metrics,
+    events: Arc<EventQueue>,
+    queue: Arc<WorkQueue>,
+    stores: Stores,
+    resync_period: Duration,
+}
+
+impl Assigner {
+    /// Leads, assigns, and waits to lead again, until the process stops.
+    async fn run(mut self) {
         loop {
-            metrics.leader.set(0);
-            queue.set_accepting(false);
-            leadership.wait_until_leader().await;
-            metrics.leader.set(1);
+            self.metrics.leader.set(0);
+            self.queue.set_accepting(false);
+            self.leadership.wait_until_leader().await;
+            self.metrics.leader.set(1);
             // Recording starts before the LIST, so no change between the LIST and the first
             // (full) pass is lost.
-            queue.set_accepting(true);
-            let mut controller = match Controller::start(
-                client.clone(),
-                settings.clone(),
-                leadership.clone(),
-                metrics.clone(),
-                events.clone(),
-                &stores.namespaces,
+            self.queue.set_accepting(true);
+            let controller = match Controller::start(
+                self.client.clone(),
+                self.settings.clone(),
+                self.leadership.clone(),
+                self.metrics.clone(),
+                self.events.clone(),
+                &self.stores.namespaces,
             )
             .await
             {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "could not load the cluster state; retrying");
-                    metrics.api_error("list", &e.into());
+                    self.metrics.api_error("list", &e.into());
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             };
-            let mut scope = Scope::All;
-            let mut last_full = Instant::now();
-            while leadership.is_leader() {
-                let report = controller.pass(&stores, scope, Instant::now()).await;
-                let mut wake = last_full + args.resync_period;
-                if let Some(at) = report.next_retry {
-                    wake = wake.min(at);
-                }
-                if !report.retry.is_empty() {
-                    // Re-read soon, once the cache has the Service's new version.
-                    wake = wake.min(Instant::now() + Duration::from_millis(20));
-                }
-                tokio::select! {
-                    _ = queue.changed() => {
-                        // Collect what else changes in the next few milliseconds into one pass.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    _ = tokio::time::sleep_until(wake.into()) => {}
-                }
-                let batch = queue.take();
-                let mut keys = report.retry;
-                keys.extend(batch.services);
-                keys.extend(controller.due(Instant::now()));
-                scope = if batch.everything {
-                    last_full = Instant::now();
-                    Scope::All
-                } else if last_full.elapsed() >= args.resync_period {
-                    // The safety net: what is not in order at the version the cache shows
-                    // (the batch's Services among them: their versions changed).
-                    last_full = Instant::now();
-                    Scope::Resync
-                } else if batch.config {
-                    Scope::Config(keys)
-                } else {
-                    Scope::Services(keys)
-                };
-            }
+            self.lead(controller).await;
             info!("lost leadership; stopped assigning");
         }
-    };
-    tokio::select! {
-        _ = work => {}
-        _ = ferrolb_telemetry::shutdown_signal() => info!("shutting down"),
     }
-    let _ = shutdown_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
-    Ok(())
+
+    /// Passes while this replica leads.
+    async fn lead(&self, mut controller: Controller) {
+        let mut scope = Scope::All;
+        let mut last_full = Instant::now();
+        while self.leadership.is_leader() {
+            let report = controller.pass(&self.stores, scope, Instant::now()).await;
+            let mut wake = last_full + self.resync_period;
+            if let Some(at) = report.next_retry {
+                wake = wake.min(at);
+            }
+            if !report.retry.is_empty() {
+                // Re-read soon, once the cache has the Service's new version.
+                wake = wake.min(Instant::now() + Duration::from_millis(20));
+            }
+            tokio::select! {
+                _ = self.queue.changed() => {
+                    // Collect what else changes in the next few milliseconds into one pass.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+            let batch = self.queue.take();
+            let mut keys = report.retry;
+            keys.extend(batch.services);
+            keys.extend(controller.due(Instant::now()));
+            scope = if batch.everything {
+                last_full = Instant::now();
+                Scope::All
+            } else if last_full.elapsed() >= self.resync_period {
+                // The safety net: what is not in order at the version the cache shows
+                // (the batch's Services among them: their versions changed).
+                last_full = Instant::now();
+                Scope::Resync
+            } else if batch.config {
+                Scope::Config(keys)
+            } else {
+                Scope::Services(keys)
+            };
+        }
+    }
 }
 
-/// Starts a watcher feeding a reflector store; every change is recorded in the work queue.
 fn spawn_store<K>(api: Api<K>, queue: &Arc<WorkQueue>, record: fn(&WorkQueue, &K)) -> Store<K>
 where
     K: ferrolb_telemetry::Watched,

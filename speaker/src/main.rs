@@ -142,7 +142,8 @@ async fn speaker_main() -> anyhow::Result<()> {
     info!(node = %args.node_name, l2 = args.enable_l2, bgp = args.enable_bgp, "starting");
 
     let metrics = Metrics::default();
-    let (shutdown_tx, ready) = serve_telemetry(&args, &metrics).await?;
+    let (shutdown_tx, ready) =
+        ferrolb_telemetry::serve_process(args.metrics_addr, |r| metrics.register(r)).await?;
 
     let cluster = Arc::new(Mutex::new(Cluster::new(Scope {
         this_node: args.node_name.clone(),
@@ -201,26 +202,6 @@ async fn speaker_main() -> anyhow::Result<()> {
         .await;
     let _ = shutdown_tx.send(true);
     Ok(())
-}
-
-/// Serves `/metrics`, `/healthz` and `/readyz` until the returned sender says stop.
-async fn serve_telemetry(
-    args: &Args,
-    metrics: &Metrics,
-) -> anyhow::Result<(watch::Sender<bool>, Readiness)> {
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut registry = prometheus_client::registry::Registry::with_prefix("ferrolb");
-    metrics.register(&mut registry);
-    ferrolb_telemetry::register_runtime_metrics(&mut registry);
-    let ready = Readiness::default();
-    ferrolb_telemetry::serve(
-        args.metrics_addr,
-        Arc::new(registry),
-        ready.clone(),
-        shutdown_rx,
-    )
-    .await?;
-    Ok((shutdown_tx, ready))
 }
 
 /// The tasks that write ServiceL2Status / ServiceBGPStatus and Events; returns their queues.

@@ -289,6 +289,22 @@ struct AppState {
     ready: Readiness,
 }
 
+/// A binary's endpoints: its metrics (`register` adds them) under the `ferrolb_` prefix beside
+/// the runtime's, served with `/healthz` and `/readyz` on `addr` until the returned sender says
+/// stop; readiness starts false.
+pub async fn serve_process(
+    addr: SocketAddr,
+    register: impl FnOnce(&mut Registry),
+) -> Result<(watch::Sender<bool>, Readiness), Error> {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut registry = Registry::with_prefix("ferrolb");
+    register(&mut registry);
+    register_runtime_metrics(&mut registry);
+    let ready = Readiness::default();
+    serve(addr, Arc::new(registry), ready.clone(), shutdown_rx).await?;
+    Ok((shutdown_tx, ready))
+}
+
 /// Binds `addr` and serves `/metrics`, `/healthz` and `/readyz` until `shutdown` fires.
 /// Returns the bound address (useful with port 0) and the serving task.
 pub async fn serve(

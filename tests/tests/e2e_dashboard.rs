@@ -8,8 +8,9 @@
 //! test creates a Service asking for a pool that does not exist, as a user's typo would), a
 //! failed Service status write of the controller (the test API server fails the next PATCH of a
 //! Service with a 500, then the controller's retry succeeds) and a failed status object write
-//! of a speaker (the test API server fails the next creation of a `ServiceL2Status` with a 500,
-//! then the speaker's retry succeeds). On a real kube-apiserver (`FERROLB_APISERVER=real`) there
+//! of a speaker (the test adds a `BGPPeer` whose password Secret does not exist, so every
+//! speaker's `ConfigurationState` changes, and the test API server fails the next writes of
+//! `ConfigurationState` objects with a 500; the writers' retries succeed). On a real kube-apiserver (`FERROLB_APISERVER=real`) there
 //! is no fault injection, and the status-write series are not required; that is said on the
 //! output.
 //!
@@ -30,8 +31,7 @@ use serde_json::json;
 
 const CONVERGE: Duration = Duration::from_secs(30);
 
-/// A Service the test adds, whose first status write and whose `ServiceL2Status`'s creation
-/// the test API server fails.
+/// A Service the test adds, whose first status write the test API server fails.
 const PROBE: &str = "dashboard-probe";
 /// A Service asking for a pool that does not exist: an allocation failure.
 const NO_POOL: &str = "dashboard-no-pool";
@@ -91,16 +91,35 @@ fn create(lab: &Lab, svc: Service) {
     .unwrap_or_else(|e| panic!("creating a Service: {e}"));
 }
 
-/// Makes the test API server fail the next `verb` request on `resource` (plural) with a 500.
-fn fail_next(lab: &Lab, resource: &str, verb: &str) {
+/// Makes the test API server fail the next `count` `verb` requests on `resource` (plural)
+/// with a 500.
+fn fail_next(lab: &Lab, resource: &str, verb: &str, count: u32) {
     let client = lab.client();
     let request = axum::http::Request::post(format!(
-        "/_fault/fail?resource={resource}&verb={verb}&count=1"
+        "/_fault/fail?resource={resource}&verb={verb}&count={count}"
     ))
     .body(Vec::new())
     .expect("a request");
     lab.block(async move { client.request_text(request).await })
         .unwrap_or_else(|e| panic!("the test API server refused the fault: {e}"));
+}
+
+/// Adds a `BGPPeer` whose password Secret does not exist: a problem every speaker and the
+/// controller report in their `ConfigurationState`.
+fn add_unconfigurable_peer(lab: &Lab) {
+    let peer: ferrolb_api::v1beta1::BGPPeer = serde_json::from_value(json!({
+        "metadata": {"name": "dashboard-no-secret", "namespace": ferrolb_tests::lab::INSTALL_NS},
+        "spec": {"myASN": 64512, "peerASN": 64514, "peerAddress": "10.99.0.251",
+                 "passwordSecret": {"name": "no-such-secret"}},
+    }))
+    .expect("a BGPPeer");
+    let client = lab.client();
+    lab.block(async move {
+        Api::<ferrolb_api::v1beta1::BGPPeer>::namespaced(client, ferrolb_tests::lab::INSTALL_NS)
+            .create(&PostParams::default(), &peer)
+            .await
+    })
+    .unwrap_or_else(|e| panic!("creating a BGPPeer: {e}"));
 }
 
 #[test]
@@ -125,8 +144,11 @@ fn every_metric_the_dashboard_reads_is_on_the_metrics_pages_of_the_running_lab()
     // The events behind the series that do not exist until they happen.
     let faults = BackendKind::from_env() == BackendKind::Double;
     if faults {
-        fail_next(&lab, "services", "patch");
-        fail_next(&lab, "servicel2statuses", "create");
+        fail_next(&lab, "services", "patch", 1);
+        // The controller writes a ConfigurationState too: enough failures that the speakers
+        // get some whichever writes first.
+        fail_next(&lab, "configurationstates", "patch", 4);
+        add_unconfigurable_peer(&lab);
     } else {
         ferrolb_tests::skip::skip_double_only_part(format!(
             "failing the status writes (no fault injection on a real API server): \
@@ -199,7 +221,7 @@ fn every_metric_the_dashboard_reads_is_on_the_metrics_pages_of_the_running_lab()
                             && l.contains(r#"reason="unavailable""#)
                     })
             }),
-            "the failed ServiceL2Status creation is counted under its reason on a speaker's page"
+            "a failed ConfigurationState write is counted under its reason on a speaker's page"
         );
     }
 

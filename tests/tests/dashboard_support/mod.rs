@@ -195,8 +195,9 @@ pub struct Declared {
 
 /// The directories whose code registers the binaries' metrics.
 const METRIC_SOURCES: &[&str] = &["controller/src", "speaker/src", "telemetry/src"];
-/// The binaries' `main.rs`, which create the registry and give it its prefix.
-const BINARY_MAINS: &[&str] = &["controller/src/main.rs", "speaker/src/main.rs"];
+/// Where both binaries' registry is created and given its prefix
+/// (`ferrolb_telemetry::serve_process`).
+const REGISTRY_SOURCE: &str = "telemetry/src/lib.rs";
 
 /// Every metric name the binaries declare, as it appears on `/metrics` (the registry's prefix,
 /// `_total` on counters, `_bucket`/`_sum`/`_count` on histograms), read as text from the code:
@@ -239,25 +240,30 @@ pub fn declared_metric_names() -> BTreeMap<String, Declared> {
     declared
 }
 
-/// The prefix both binaries give their registry (`Registry::with_prefix("ferrolb")`).
+/// The prefix both binaries give their registry (`Registry::with_prefix("ferrolb")` in
+/// [`REGISTRY_SOURCE`]); the binaries must create no registry of their own.
 fn registry_prefix(root: &Path) -> String {
     let with_prefix =
         Regex::new(r#"Registry::with_prefix\(\s*"([a-z0-9_]+)"\s*\)"#).expect("a valid regex");
-    let prefixes: BTreeSet<String> = BINARY_MAINS
-        .iter()
-        .map(|main| {
-            let text = std::fs::read_to_string(root.join(main))
-                .unwrap_or_else(|e| panic!("cannot read {main}: {e}"));
-            with_prefix
-                .captures(&text)
-                .unwrap_or_else(|| panic!("{main} creates no Registry::with_prefix(\"...\")"))[1]
-                .to_owned()
-        })
+    for main in ["controller/src/main.rs", "speaker/src/main.rs"] {
+        let text = std::fs::read_to_string(root.join(main))
+            .unwrap_or_else(|e| panic!("cannot read {main}: {e}"));
+        assert!(
+            !text.contains("Registry::"),
+            "{main} creates a registry of its own: the prefix is read from {REGISTRY_SOURCE}"
+        );
+    }
+    let text = std::fs::read_to_string(root.join(REGISTRY_SOURCE))
+        .unwrap_or_else(|e| panic!("cannot read {REGISTRY_SOURCE}: {e}"));
+    let prefixes: BTreeSet<String> = with_prefix
+        .captures_iter(&text)
+        .map(|c| c[1].to_owned())
         .collect();
     assert_eq!(
         prefixes.len(),
         1,
-        "the binaries' registries have different prefixes: {prefixes:?}"
+        "{REGISTRY_SOURCE} gives registries {} prefixes: {prefixes:?}",
+        prefixes.len()
     );
     prefixes.into_iter().next().expect("one prefix")
 }
