@@ -1,6 +1,6 @@
 //! BFD (RFC 5880) in asynchronous mode, the sans-IO core: the Control packet codec and the
 //! per-session state machine, for single-hop (RFC 5881) and multihop (RFC 5883) sessions alike.
-//! Pure: no I/O, no clock, no tokio; except [`shell`], the thin tokio shell that runs it.
+//! Pure: no I/O, no clock, no tokio; except [`sessions`], the thin tokio shell that runs it.
 //!
 //! # Layout
 //!
@@ -8,7 +8,7 @@
 //!   needs only the packet ([`decode`], [`PacketError`]).
 //! - [`session`]: one session's state machine ([`Session`]): the state table, the Poll Sequence,
 //!   timer negotiation, jittered transmission and the detection time.
-//! - [`shell`]: the tokio shell (I/O, not pure): sockets, the TTL check, demultiplexing and one
+//! - [`sessions`]: the tokio shell (I/O, not pure): sockets, the TTL check, demultiplexing and one
 //!   task per session ([`BfdSessions`], [`BfdHandle`], [`BfdStatus`]).
 //!
 //! ```text
@@ -29,7 +29,7 @@
 //! - The session is deterministic: the same packets at the same instants give the same outputs
 //!   (jitter comes from a generator seeded by the discriminator).
 //!
-//! # Left to the shell ([`shell`] does it)
+//! # Left to the shell ([`sessions`] does it)
 //!
 //! Sockets (UDP 3784 for single hop, 4784 for multihop, source port 49152–65535), TTL 255 on
 //! sent packets and the received TTL / hop-limit check (RFC 5881 §5: 255 for single hop;
@@ -44,8 +44,10 @@
 //! no Demand mode of our own.
 pub mod packet;
 pub mod session;
-pub mod shell;
+pub mod sessions;
 
 pub use packet::{ControlPacket, Diag, PacketError, State, decode};
 pub use session::{ConfigError, Discard, Output, Session, SessionConfig};
-pub use shell::{BfdHandle, BfdPeer, BfdSessions, BfdStatus, DropReason, SessionKey, ShellError};
+pub use sessions::{
+    BfdHandle, BfdPeer, BfdSessions, BfdStatus, DropReason, SessionKey, StartError,
+};

@@ -38,7 +38,7 @@ use super::config::{Advertisement, BfdSettings, PeerConfig};
 use super::error::{CeaseReason, Notification};
 use super::fsm::{Event, Input, Output, Session, State, Timer};
 use super::socket::{self, ConnectError};
-use crate::bfd::shell::{BfdHandle, BfdPeer, BfdSessions, BfdStatus};
+use crate::bfd::sessions::{BfdHandle, BfdPeer, BfdSessions, BfdStatus};
 use crate::netdev::{BindError, DeviceName};
 
 /// A write that makes no progress for this long counts as a broken connection.

@@ -43,7 +43,7 @@ struct Inner {
     peers: HashMap<PeerId, PeerHandle>,
     advertisements: HashMap<PeerId, watch::Sender<Arc<Vec<Advertisement>>>>,
     /// BFD sessions of every peer that has BFD configured (sockets open on first use).
-    bfd: crate::bfd::shell::BfdSessions,
+    bfd: crate::bfd::sessions::BfdSessions,
 }
 
 /// Runs the BGP sessions of this node. Cheap to share behind an `Arc`; every method may be called
@@ -156,7 +156,7 @@ impl BgpSpeaker {
     }
 
     /// BFD packets dropped since the first BFD session started, by reason (see
-    /// [`crate::bfd::shell::BfdSessions::drops`]).
+    /// [`crate::bfd::sessions::BfdSessions::drops`]).
     pub fn bfd_drops(&self) -> BTreeMap<&'static str, u64> {
         self.lock().bfd.drops()
     }

@@ -1,9 +1,10 @@
-//! The names and labels of the per-node status objects the speaker writes. Pure.
+//! The names, labels and owners of the per-node objects the speaker writes. Pure.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ferrolb_api::names;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 /// The name of a per-node status object for a Service: `<service>.<namespace>.<node>`,
 /// shortened with a hash when it would pass the 253-character limit.
@@ -32,6 +33,38 @@ pub fn status_labels(namespace: &str, service: &str, node: &str) -> BTreeMap<Str
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// The metadata of an object about this node (`BGPSessionState`, `ConfigurationState`): its
+/// name, namespace and labels, owned by the node's `Node` once its uid is known, so that the
+/// object goes when the Node does.
+pub fn node_owned(
+    name: &str,
+    namespace: &str,
+    node: &str,
+    node_uid: Option<&str>,
+    labels: &[(&str, &str)],
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        owner_references: node_uid.map(|uid| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.to_owned(),
+                uid: uid.to_owned(),
+                ..Default::default()
+            }]
+        }),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

@@ -27,13 +27,14 @@ use ferrolb_api::v1beta1::{
     BGPNotificationInfo, BGPSessionState, BGPSessionStateStatus, CONDITION_READY,
 };
 use ferrolb_telemetry::apicall;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::ObjectMeta;
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::warn;
 
 use super::metrics::Metrics;
+use super::names::node_owned;
 use super::status::Written;
 use crate::bgp::config::{PeerConfig, PeerId};
 use crate::bgp::{NotificationRecord, PeerStatus, State};
@@ -260,28 +261,17 @@ impl SessionStateWriter {
         report: &Report,
     ) -> Result<(), kube::Error> {
         for (name, status) in &report.states {
-            let meta = || ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(self.namespace.clone()),
-                labels: Some(
-                    [
+            let meta = || {
+                node_owned(
+                    &name,
+                    &self.namespace,
+                    &self.node,
+                    report.node_uid.as_deref(),
+                    &[
                         (names::STATUS_NODE_LABEL, self.node.as_str()),
                         (names::STATUS_PEER_LABEL, status.peer.as_str()),
-                    ]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                ),
-                owner_references: report.node_uid.as_ref().map(|uid| {
-                    vec![OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Node".into(),
-                        name: self.node.clone(),
-                        uid: uid.clone(),
-                        ..Default::default()
-                    }]
-                }),
-                ..Default::default()
+                    ],
+                )
             };
             written.write(meta, name, Some(status)).await?;
         }

@@ -55,7 +55,6 @@ use ferrolb_api::v1beta1::{
 };
 use ferrolb_telemetry::apicall::{self, ApiCallError};
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -64,7 +63,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use super::metrics::Metrics;
-use super::names::{status_labels, status_object_name};
+use super::names::{node_owned, status_labels, status_object_name};
 use crate::planner::ServiceKey;
 
 /// Status writes in flight at once.
@@ -688,29 +687,17 @@ impl ConfigStateWriter {
         exists: bool,
     ) -> Result<(), kube::Error> {
         if !exists {
-            let labels = [
-                (names::COMPONENT_TYPE_LABEL, Component::Speaker.label()),
-                (names::STATUS_NODE_LABEL, self.node.as_str()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
             let object = ConfigurationState {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    namespace: Some(self.namespace.clone()),
-                    labels: Some(labels),
-                    owner_references: report.node_uid.as_ref().map(|uid| {
-                        vec![OwnerReference {
-                            api_version: "v1".into(),
-                            kind: "Node".into(),
-                            name: self.node.clone(),
-                            uid: uid.clone(),
-                            ..Default::default()
-                        }]
-                    }),
-                    ..Default::default()
-                },
+                metadata: node_owned(
+                    name,
+                    &self.namespace,
+                    &self.node,
+                    report.node_uid.as_deref(),
+                    &[
+                        (names::COMPONENT_TYPE_LABEL, Component::Speaker.label()),
+                        (names::STATUS_NODE_LABEL, self.node.as_str()),
+                    ],
+                ),
                 spec: ConfigurationStateSpec {},
                 status: None,
             };

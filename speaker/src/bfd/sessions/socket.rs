@@ -13,7 +13,7 @@ use tokio::net::UdpSocket;
 use crate::netdev::DeviceName;
 
 use super::{
-    GTSM_TTL, MULTIHOP_PORT, SINGLE_HOP_PORT, SOURCE_PORT_TRIES, SOURCE_PORTS, ShellError,
+    GTSM_TTL, MULTIHOP_PORT, SINGLE_HOP_PORT, SOURCE_PORT_TRIES, SOURCE_PORTS, StartError,
 };
 
 /// An IPv4-mapped IPv6 source as the IPv4 address it is.
@@ -24,11 +24,11 @@ pub(super) fn canonical(addr: IpAddr) -> IpAddr {
     }
 }
 
-fn socket_error(what: &'static str) -> impl FnOnce(io::Error) -> ShellError {
-    move |source| ShellError::Socket { what, source }
+fn socket_error(what: &'static str) -> impl FnOnce(io::Error) -> StartError {
+    move |source| StartError::Socket { what, source }
 }
 
-fn new_udp(local: IpAddr, device: Option<DeviceName>) -> Result<Socket, ShellError> {
+fn new_udp(local: IpAddr, device: Option<DeviceName>) -> Result<Socket, StartError> {
     let domain = if local.is_ipv4() {
         Domain::IPV4
     } else {
@@ -56,7 +56,7 @@ pub(super) fn receive_socket(
     local: IpAddr,
     multihop: bool,
     device: Option<DeviceName>,
-) -> Result<UdpSocket, ShellError> {
+) -> Result<UdpSocket, StartError> {
     let socket = new_udp(local, device)?;
     if local.is_ipv4() {
         set_recv_ttl_v4(socket.as_raw_fd()).map_err(socket_error("IP_RECVTTL"))?;
@@ -73,7 +73,7 @@ pub(super) fn receive_socket(
     let addr = SocketAddr::new(local, port);
     socket
         .bind(&addr.into())
-        .map_err(|source| ShellError::Bind { addr, source })?;
+        .map_err(|source| StartError::Bind { addr, source })?;
     UdpSocket::from_std(socket.into()).map_err(socket_error("tokio registration"))
 }
 
@@ -82,7 +82,7 @@ pub(super) fn receive_socket(
 pub(super) fn send_socket(
     local: IpAddr,
     device: Option<DeviceName>,
-) -> Result<UdpSocket, ShellError> {
+) -> Result<UdpSocket, StartError> {
     let socket = new_udp(local, device)?;
     if local.is_ipv4() {
         socket
@@ -102,11 +102,11 @@ pub(super) fn send_socket(
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
-            Err(source) => return Err(ShellError::Bind { addr, source }),
+            Err(source) => return Err(StartError::Bind { addr, source }),
         }
     }
     if !bound {
-        return Err(ShellError::NoSourcePort { local });
+        return Err(StartError::NoSourcePort { local });
     }
     UdpSocket::from_std(socket.into()).map_err(socket_error("tokio registration"))
 }

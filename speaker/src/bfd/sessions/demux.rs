@@ -86,7 +86,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    /// A short stable label for metrics and [`BfdStatus::dropped`](crate::bfd::shell::BfdStatus::dropped).
+    /// A short stable label for metrics and [`BfdStatus::dropped`](crate::bfd::sessions::BfdStatus::dropped).
     pub fn metric_label(&self) -> &'static str {
         match self {
             DropReason::TtlNot255 { .. } => "ttl_not_255",

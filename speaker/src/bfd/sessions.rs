@@ -157,7 +157,7 @@ impl BfdStatus {
 
 /// Why a session could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum ShellError {
+pub enum StartError {
     /// Local and peer addresses are of different families.
     #[error(
         "BFD peer {peer} and local address {local} are of different address families; give a \
@@ -219,18 +219,18 @@ pub enum ShellError {
     Device(#[from] BindError),
 }
 
-impl ShellError {
+impl StartError {
     /// A short stable label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            ShellError::AddressFamilyMismatch { .. } => "address_family_mismatch",
-            ShellError::LinkLocal { .. } => "link_local",
-            ShellError::DuplicateSession { .. } => "duplicate_session",
-            ShellError::Bind { .. } => "bind",
-            ShellError::NoSourcePort { .. } => "no_source_port",
-            ShellError::Socket { .. } => "socket",
-            ShellError::NoRuntime => "no_runtime",
-            ShellError::Device(e) => e.metric_label(),
+            StartError::AddressFamilyMismatch { .. } => "address_family_mismatch",
+            StartError::LinkLocal { .. } => "link_local",
+            StartError::DuplicateSession { .. } => "duplicate_session",
+            StartError::Bind { .. } => "bind",
+            StartError::NoSourcePort { .. } => "no_source_port",
+            StartError::Socket { .. } => "socket",
+            StartError::NoRuntime => "no_runtime",
+            StartError::Device(e) => e.metric_label(),
         }
     }
 }
@@ -303,10 +303,10 @@ impl BfdSessions {
 
     /// Starts a session: opens the receiver for `peer.local` if it is not open yet, binds a send
     /// socket and spawns the session's task. Must be called within a tokio runtime.
-    pub fn start(&self, peer: BfdPeer) -> Result<BfdHandle, ShellError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ShellError::NoRuntime)?;
+    pub fn start(&self, peer: BfdPeer) -> Result<BfdHandle, StartError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
         if peer.local.is_ipv4() != peer.peer.is_ipv4() {
-            return Err(ShellError::AddressFamilyMismatch {
+            return Err(StartError::AddressFamilyMismatch {
                 local: peer.local,
                 peer: peer.peer,
             });
@@ -315,7 +315,7 @@ impl BfdSessions {
             if let IpAddr::V6(a) = addr
                 && a.is_unicast_link_local()
             {
-                return Err(ShellError::LinkLocal { addr });
+                return Err(StartError::LinkLocal { addr });
             }
         }
         if let Err(e) = peer.config.validate() {
@@ -328,7 +328,7 @@ impl BfdSessions {
         let discr = {
             let mut registry = self.shared.lock();
             if registry.demux.contains(&key) {
-                return Err(ShellError::DuplicateSession { key });
+                return Err(StartError::DuplicateSession { key });
             }
             let receiver_key = (peer.local, peer.multihop, peer.device);
             if let Entry::Vacant(slot) = registry.receivers.entry(receiver_key) {
