@@ -118,6 +118,13 @@ pub struct Metrics {
 impl Metrics {
     /// Registers every metric (the registry should carry the `ferrolb` prefix).
     pub fn register(&self, r: &mut Registry) {
+        self.register_layer2(r);
+        self.register_bgp(r);
+        self.register_shell(r);
+    }
+
+    /// Layer 2, the announced addresses and gossip.
+    fn register_layer2(&self, r: &mut Registry) {
         r.register(
             "layer2_requests_received",
             "ARP requests and Neighbor Solicitations received",
@@ -164,6 +171,25 @@ impl Metrics {
             self.gossip_auth_failures.clone(),
         );
         r.register(
+            "layer2_cannot_answer_addresses",
+            "Addresses this node was elected for but has no usable interface for, by reason",
+            self.l2_cannot_answer.clone(),
+        );
+        r.register(
+            "layer2_interface_faults",
+            "Interfaces this node should answer on but cannot (down, NOARP, missing, reader failed)",
+            self.l2_interface_faults.clone(),
+        );
+        r.register(
+            "layer2_kernel_arp_addresses",
+            "Layer-2 Service addresses this node's kernel also answers ARP for (or may send its own ARP requests from), by reason (arp_ignore, arp_announce, on_interface); set strictARP in kube-proxy's configuration",
+            self.l2_kernel_arp.clone(),
+        );
+    }
+
+    /// BGP sessions and BFD.
+    fn register_bgp(&self, r: &mut Registry) {
+        r.register(
             "bgp_session_up",
             "1 while the BGP session is Established",
             self.bgp_session_up.clone(),
@@ -203,25 +229,14 @@ impl Metrics {
             "Malformed UPDATEs received from a peer that kept the session (RFC 7606 treat-as-withdraw or attribute discard)",
             self.bgp_malformed_updates.clone(),
         );
+    }
+
+    /// Configuration, status objects and Events.
+    fn register_shell(&self, r: &mut Registry) {
         r.register(
             "config_errors",
             "Configuration this node could not use, by reason",
             self.config_errors.clone(),
-        );
-        r.register(
-            "layer2_cannot_answer_addresses",
-            "Addresses this node was elected for but has no usable interface for, by reason",
-            self.l2_cannot_answer.clone(),
-        );
-        r.register(
-            "layer2_interface_faults",
-            "Interfaces this node should answer on but cannot (down, NOARP, missing, reader failed)",
-            self.l2_interface_faults.clone(),
-        );
-        r.register(
-            "layer2_kernel_arp_addresses",
-            "Layer-2 Service addresses this node's kernel also answers ARP for (or may send its own ARP requests from), by reason (arp_ignore, arp_announce, on_interface); set strictARP in kube-proxy's configuration",
-            self.l2_kernel_arp.clone(),
         );
         r.register(
             "status_pending",
