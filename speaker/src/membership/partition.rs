@@ -307,14 +307,36 @@ impl Arbiter {
         if standing != Standing::Waiting {
             self.held = l2_live.clone();
         }
+        let mut next = self.deadlines(now, wall, fresh.as_ref(), &standing, lowest);
+        let fenced = matches!(standing, Standing::Fenced { .. });
+        let healing = self.track_fence(now, &standing, &mut next);
+        let next = next.into_iter().filter(|t| *t > now).min();
+        Decision {
+            standby: fenced || standing == Standing::Waiting || healing,
+            standing,
+            l2_live,
+            write,
+            next,
+        }
+    }
+
+    /// When to decide again, for the view going stale (by either clock), a minority's wait
+    /// ending and a writer's renewal.
+    fn deadlines(
+        &self,
+        now: Instant,
+        wall: SystemTime,
+        fresh: Option<&View>,
+        standing: &Standing,
+        lowest: bool,
+    ) -> Vec<Instant> {
         let mut next: Vec<Instant> = Vec::new();
-        if let (Some(v), Some(seen)) = (&fresh, self.view_seen) {
-            // When the view goes stale by either clock.
+        if let (Some(v), Some(seen)) = (fresh, self.view_seen) {
             let there = v.renewed + FRESH;
             let left = there.duration_since(wall).unwrap_or_default();
             next.push((seen + FRESH).min(now + left));
         }
-        if standing == Standing::Waiting {
+        if *standing == Standing::Waiting {
             next.extend(self.disagree_since.map(|t| t + MINORITY_WAIT));
         }
         let writer = match standing {
@@ -327,16 +349,21 @@ impl Arbiter {
         if writer {
             next.extend(self.last_write.map(|t| t + RENEW));
         }
-        // Leaving the fence: on standby until gossip agrees, for at most HEAL_WAIT.
+        next
+    }
+
+    /// Leaving the fence: on standby until gossip agrees, for at most [`HEAL_WAIT`]. Returns
+    /// whether this speaker is still healing (and adds when that ends to `next`).
+    fn track_fence(&mut self, now: Instant, standing: &Standing, next: &mut Vec<Instant>) -> bool {
         let fenced = matches!(standing, Standing::Fenced { .. });
         if self.fenced && !fenced {
             self.fence_lifted = Some(now);
         }
         self.fenced = fenced;
-        if fenced || standing == Standing::Agreed {
+        if fenced || *standing == Standing::Agreed {
             self.fence_lifted = None;
         }
-        let healing = match self.fence_lifted {
+        match self.fence_lifted {
             Some(t) if now < t + HEAL_WAIT => {
                 next.push(t + HEAL_WAIT);
                 true
@@ -345,14 +372,6 @@ impl Arbiter {
                 self.fence_lifted = None;
                 false
             }
-        };
-        let next = next.into_iter().filter(|t| *t > now).min();
-        Decision {
-            standby: fenced || standing == Standing::Waiting || healing,
-            standing,
-            l2_live,
-            write,
-            next,
         }
     }
 }
