@@ -138,46 +138,14 @@ impl L2Tracker {
         let unable_changed = *unable != self.unable;
         let held = hold_down.held_nodes();
         let held_changed = held != self.held;
-        let mut affected: HashSet<IpAddr> = HashSet::new();
-        if full {
-            affected.extend(cluster.addresses());
-            affected.extend(self.decisions.keys().copied());
+        let affected = if full {
+            cluster
+                .addresses()
+                .chain(self.decisions.keys().copied())
+                .collect()
         } else {
-            for key in &changes.services {
-                affected.extend(self.ips_of.get(key).into_iter().flatten().copied());
-                if let Some(info) = cluster.service_info(key) {
-                    affected.extend(info.ingress.iter().copied());
-                }
-            }
-            if live_changed {
-                let left: BTreeSet<&String> = self.live.difference(live).collect();
-                let joined: Vec<&String> = live.difference(&self.live).collect();
-                for (ip, d) in &self.decisions {
-                    let redo = match &d.owner {
-                        Ok(owner) => {
-                            left.contains(owner) || joined.iter().any(|j| outranks(j, owner, *ip))
-                        }
-                        Err(NotAnnounced::NoEligibleNode) => !joined.is_empty(),
-                        Err(_) => false,
-                    };
-                    if redo {
-                        affected.insert(*ip);
-                    }
-                }
-            }
-            if live_changed || held_changed {
-                affected.extend(self.preferential.iter().copied());
-            }
-            if unable_changed {
-                let nodes: BTreeSet<&String> = self.unable.keys().chain(unable.keys()).collect();
-                let empty = BTreeSet::new();
-                for node in nodes {
-                    let old = self.unable.get(node).unwrap_or(&empty);
-                    let new = unable.get(node).unwrap_or(&empty);
-                    affected.extend(old.symmetric_difference(new).copied());
-                }
-            }
-        }
+            self.affected(cluster, changes, live, unable, live_changed || held_changed)
+        };
         if full || live_changed || unable_changed {
             self.live = live.clone();
             self.unable = unable.clone();
@@ -248,6 +216,56 @@ impl L2Tracker {
             }
         }
         out
+    }
+
+    /// The addresses a change may decide differently: those of the changed Services, those
+    /// whose owner left or that a joining node outranks, those decided by preferences when
+    /// `moved` (who is live or held changed), and those a node became able or unable to
+    /// answer for.
+    fn affected(
+        &self,
+        cluster: &Cluster,
+        changes: &Changes,
+        live: &BTreeSet<String>,
+        unable: &Unable,
+        moved: bool,
+    ) -> HashSet<IpAddr> {
+        let mut affected: HashSet<IpAddr> = HashSet::new();
+        for key in &changes.services {
+            affected.extend(self.ips_of.get(key).into_iter().flatten().copied());
+            if let Some(info) = cluster.service_info(key) {
+                affected.extend(info.ingress.iter().copied());
+            }
+        }
+        if *live != self.live {
+            let left: BTreeSet<&String> = self.live.difference(live).collect();
+            let joined: Vec<&String> = live.difference(&self.live).collect();
+            for (ip, d) in &self.decisions {
+                let redo = match &d.owner {
+                    Ok(owner) => {
+                        left.contains(owner) || joined.iter().any(|j| outranks(j, owner, *ip))
+                    }
+                    Err(NotAnnounced::NoEligibleNode) => !joined.is_empty(),
+                    Err(_) => false,
+                };
+                if redo {
+                    affected.insert(*ip);
+                }
+            }
+        }
+        if moved {
+            affected.extend(self.preferential.iter().copied());
+        }
+        if *unable != self.unable {
+            let nodes: BTreeSet<&String> = self.unable.keys().chain(unable.keys()).collect();
+            let empty = BTreeSet::new();
+            for node in nodes {
+                let old = self.unable.get(node).unwrap_or(&empty);
+                let new = unable.get(node).unwrap_or(&empty);
+                affected.extend(old.symmetric_difference(new).copied());
+            }
+        }
+        affected
     }
 
     /// The Services holding `ip` that no advertisement selects, when it is announced for
