@@ -308,17 +308,7 @@ impl PeerTask {
                         Ok(()) => (*stop.borrow()).unwrap_or(CeaseReason::AdministrativeShutdown),
                         Err(_) => CeaseReason::AdministrativeShutdown,
                     };
-                    task.pending.push_back(Input::Stop(reason));
-                    task.drain().await;
-                    if let Some(h) = task.connecting.take() {
-                        h.abort();
-                    }
-                    if let Some((handle, _)) = task.bfd.take() {
-                        handle.shutdown().await;
-                    }
-                    if let Some((_, discovery)) = task.discovery.take() {
-                        discovery.abort();
-                    }
+                    task.stop(reason).await;
                     return;
                 }
                 found = discovery_changed(&mut task.discovery) => {
@@ -346,37 +336,7 @@ impl PeerTask {
                     Ok(0) | Err(_) => Input::Closed,
                     Ok(n) => Input::Received(buf[..n].to_vec()),
                 },
-                result = connected(&mut task.connecting) => {
-                    task.connecting = None;
-                    match result {
-                        Ok(stream) => match (stream.local_addr(), stream.peer_addr()) {
-                            (Ok(local), Ok(remote)) => {
-                                task.device_found();
-                                task.start_bfd(local.ip());
-                                let (r, w) = stream.into_split();
-                                task.reader = Some(r);
-                                task.writer = Some(w);
-                                Input::Connected {
-                                    local,
-                                    remote,
-                                    other_family: socket::other_family_address(local.ip()),
-                                }
-                            }
-                            _ => Input::ConnectFailed,
-                        },
-                        Err(ConnectError::Device(e)) => {
-                            task.device_failed(e);
-                            Input::ConnectFailed
-                        }
-                        Err(ConnectError::Io(e)) => {
-                            tracing::debug!(error = %e, "connect failed");
-                            task.device_found();
-                            let to = task.remote();
-                            task.status.send_modify(|s| s.set_error(format!("TCP connection to {to}: {e}")));
-                            Input::ConnectFailed
-                        }
-                    }
-                }
+                result = connected(&mut task.connecting) => task.connect_ended(result),
                 () = sleep_until(next_timer.map(|(at, _)| at)) => {
                     let (_, t) = next_timer.expect("a timer was armed");
                     task.timers[timer_index(t)] = None;
@@ -392,6 +352,57 @@ impl PeerTask {
             }
             task.pending.push_back(input);
             task.drain().await;
+        }
+    }
+
+    /// Sends the NOTIFICATION for `reason` and stops: the connection attempt, BFD and the
+    /// discovery of an unnumbered peer's router end with the session.
+    async fn stop(&mut self, reason: CeaseReason) {
+        self.pending.push_back(Input::Stop(reason));
+        self.drain().await;
+        if let Some(h) = self.connecting.take() {
+            h.abort();
+        }
+        if let Some((handle, _)) = self.bfd.take() {
+            handle.shutdown().await;
+        }
+        if let Some((_, discovery)) = self.discovery.take() {
+            discovery.abort();
+        }
+    }
+
+    /// A connection attempt ended: the session's input for it (BFD starts with the
+    /// connection; a failure is reported in the peer's status).
+    fn connect_ended(&mut self, result: Result<TcpStream, ConnectError>) -> Input {
+        self.connecting = None;
+        match result {
+            Ok(stream) => match (stream.local_addr(), stream.peer_addr()) {
+                (Ok(local), Ok(remote)) => {
+                    self.device_found();
+                    self.start_bfd(local.ip());
+                    let (r, w) = stream.into_split();
+                    self.reader = Some(r);
+                    self.writer = Some(w);
+                    Input::Connected {
+                        local,
+                        remote,
+                        other_family: socket::other_family_address(local.ip()),
+                    }
+                }
+                _ => Input::ConnectFailed,
+            },
+            Err(ConnectError::Device(e)) => {
+                self.device_failed(e);
+                Input::ConnectFailed
+            }
+            Err(ConnectError::Io(e)) => {
+                tracing::debug!(error = %e, "connect failed");
+                self.device_found();
+                let to = self.remote();
+                self.status
+                    .send_modify(|s| s.set_error(format!("TCP connection to {to}: {e}")));
+                Input::ConnectFailed
+            }
         }
     }
 
