@@ -316,51 +316,7 @@ impl Controller {
             }
         }
         let full = matches!(scope, Scope::All | Scope::Resync);
-        let mut queue: BTreeSet<ServiceKey> = match scope {
-            Scope::Services(keys) | Scope::Config(keys) => keys,
-            Scope::Resync => {
-                self.metrics.periodic_passes.inc();
-                let services = stores.services.state();
-                let mut keys = BTreeSet::new();
-                for svc in &services {
-                    let key = service_key(svc);
-                    let settled = self
-                        .memo
-                        .get(&key)
-                        .and_then(|m| m.settled.as_ref())
-                        .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv));
-                    if !settled {
-                        keys.insert(key);
-                    }
-                }
-                // Known here, gone from the cache: deleted (their release is due).
-                let gone = |k: &&ServiceKey| {
-                    stores
-                        .services
-                        .get(&ObjectRef::new(&k.name).within(&k.namespace))
-                        .is_none()
-                };
-                keys.extend(self.memo.keys().filter(gone).cloned());
-                keys.extend(self.allocator.services().filter(gone).cloned());
-                debug!(
-                    services = services.len(),
-                    unsettled = keys.len(),
-                    "periodic pass"
-                );
-                keys
-            }
-            Scope::All => {
-                let mut keys: BTreeSet<ServiceKey> = stores
-                    .services
-                    .state()
-                    .iter()
-                    .map(|s| service_key(s))
-                    .collect();
-                keys.extend(self.memo.keys().cloned());
-                keys.extend(self.allocator.assignments().into_iter().map(|(k, _)| k));
-                keys
-            }
-        };
+        let mut queue = self.keys_in(stores, scope);
         let mut visits: HashMap<ServiceKey, u8> = HashMap::new();
         let mut writes = Vec::new();
         while let Some(key) = queue.pop_first() {
@@ -418,6 +374,57 @@ impl Controller {
             }
         }
         report
+    }
+
+    /// The Services a pass of `scope` looks at: the given ones; with [`Scope::Resync`], those
+    /// whose version the cache shows is not the one settled here, and those gone from the
+    /// cache; with [`Scope::All`], every one known anywhere.
+    fn keys_in(&mut self, stores: &Stores, scope: Scope) -> BTreeSet<ServiceKey> {
+        match scope {
+            Scope::Services(keys) | Scope::Config(keys) => keys,
+            Scope::Resync => {
+                self.metrics.periodic_passes.inc();
+                let services = stores.services.state();
+                let mut keys = BTreeSet::new();
+                for svc in &services {
+                    let key = service_key(svc);
+                    let settled = self
+                        .memo
+                        .get(&key)
+                        .and_then(|m| m.settled.as_ref())
+                        .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv));
+                    if !settled {
+                        keys.insert(key);
+                    }
+                }
+                // Known here, gone from the cache: deleted (their release is due).
+                let gone = |k: &&ServiceKey| {
+                    stores
+                        .services
+                        .get(&ObjectRef::new(&k.name).within(&k.namespace))
+                        .is_none()
+                };
+                keys.extend(self.memo.keys().filter(gone).cloned());
+                keys.extend(self.allocator.services().filter(gone).cloned());
+                debug!(
+                    services = services.len(),
+                    unsettled = keys.len(),
+                    "periodic pass"
+                );
+                keys
+            }
+            Scope::All => {
+                let mut keys: BTreeSet<ServiceKey> = stores
+                    .services
+                    .state()
+                    .iter()
+                    .map(|s| service_key(s))
+                    .collect();
+                keys.extend(self.memo.keys().cloned());
+                keys.extend(self.allocator.assignments().into_iter().map(|(k, _)| k));
+                keys
+            }
+        }
     }
 
     /// Keeps `ferrolb_service_address_assigned` in line with the allocator for one Service.
