@@ -369,49 +369,10 @@ fn convert_document(
             metallb_namespace: &metallb_namespace,
             to_namespace: &options.to_namespace,
         };
-        built = root.object_or_empty("spec", |spec| match (kind, version) {
-            (Kind::IPAddressPool, _) => FerroObject::IPAddressPool(IPAddressPool {
-                metadata: meta,
-                spec: convert::ip_address_pool(spec),
-                status: None,
-            }),
-            (Kind::L2Advertisement, _) => FerroObject::L2Advertisement(L2Advertisement {
-                metadata: meta,
-                spec: convert::l2_advertisement(spec),
-                status: None,
-            }),
-            (Kind::BGPAdvertisement, _) => FerroObject::BGPAdvertisement(BGPAdvertisement {
-                metadata: meta,
-                spec: convert::bgp_advertisement(spec),
-                status: None,
-            }),
-            (Kind::Community, _) => FerroObject::Community(Community {
-                metadata: meta,
-                spec: convert::community(spec),
-                status: None,
-            }),
-            (Kind::BFDProfile, _) => FerroObject::BFDProfile(BFDProfile {
-                metadata: meta,
-                spec: convert::bfd_profile(spec),
-                status: None,
-            }),
-            (Kind::BGPPeer, v) => {
-                let peer = if v == "v1beta1" {
-                    convert::bgp_peer_v1beta1(spec)
-                } else {
-                    convert::bgp_peer_v1beta2(spec, &ctx)
-                };
-                secret = peer.password_secret.map(|name| SecretCopy {
-                    name,
-                    from_namespace: metallb_namespace.clone(),
-                    to_namespace: options.to_namespace.clone(),
-                });
-                FerroObject::BGPPeer(BGPPeer {
-                    metadata: meta,
-                    spec: peer.spec,
-                    status: None,
-                })
-            }
+        built = root.object_or_empty("spec", |spec| {
+            let (object, password) = ferro_object(kind, version, meta, spec, &ctx);
+            secret = password;
+            object
         });
         root.finish();
     }
@@ -456,6 +417,63 @@ fn convert_document(
         object: built?,
         password_secret: secret,
     })
+}
+
+/// The FerroLB object of one MetalLB `kind` (at `version`) from its converted metadata and
+/// spec, with the password Secret a `BGPPeer` needs copied.
+fn ferro_object(
+    kind: Kind,
+    version: &str,
+    meta: ObjectMeta,
+    spec: &mut Fields<'_>,
+    ctx: &PeerContext<'_>,
+) -> (FerroObject, Option<SecretCopy>) {
+    let object = match (kind, version) {
+        (Kind::IPAddressPool, _) => FerroObject::IPAddressPool(IPAddressPool {
+            metadata: meta,
+            spec: convert::ip_address_pool(spec),
+            status: None,
+        }),
+        (Kind::L2Advertisement, _) => FerroObject::L2Advertisement(L2Advertisement {
+            metadata: meta,
+            spec: convert::l2_advertisement(spec),
+            status: None,
+        }),
+        (Kind::BGPAdvertisement, _) => FerroObject::BGPAdvertisement(BGPAdvertisement {
+            metadata: meta,
+            spec: convert::bgp_advertisement(spec),
+            status: None,
+        }),
+        (Kind::Community, _) => FerroObject::Community(Community {
+            metadata: meta,
+            spec: convert::community(spec),
+            status: None,
+        }),
+        (Kind::BFDProfile, _) => FerroObject::BFDProfile(BFDProfile {
+            metadata: meta,
+            spec: convert::bfd_profile(spec),
+            status: None,
+        }),
+        (Kind::BGPPeer, v) => {
+            let peer = if v == "v1beta1" {
+                convert::bgp_peer_v1beta1(spec)
+            } else {
+                convert::bgp_peer_v1beta2(spec, ctx)
+            };
+            let secret = peer.password_secret.map(|name| SecretCopy {
+                name,
+                from_namespace: ctx.metallb_namespace.to_owned(),
+                to_namespace: ctx.to_namespace.to_owned(),
+            });
+            let object = FerroObject::BGPPeer(BGPPeer {
+                metadata: meta,
+                spec: peer.spec,
+                status: None,
+            });
+            return (object, secret);
+        }
+    };
+    (object, None)
 }
 
 /// FerroLB metadata from MetalLB's: the name, labels (`ipAddressPoolSelectors` select pools
