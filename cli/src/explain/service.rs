@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use ferrolb_api::names;
 use ferrolb_api::service::ServiceKey;
+use ferrolb_api::v1beta1::BGPSessionStateStatus;
 use ferrolb_controller::allocator::{Outcome, Pool, ServiceRequest};
 use ferrolb_controller::convert::{allocator_pools, request_from_service};
 use ferrolb_speaker::cluster;
@@ -592,37 +593,14 @@ fn bgp_verdict(
         .collect();
     let mut down = Vec::new();
     for peer in own {
-        let Some(st) = sessions.get(peer).and_then(|s| s.status.as_ref()) else {
-            down.push(Reason::new(
-                "NoSession",
-                format!("BGP: no BGPSessionState for peer {peer} on this node: its speaker has not reported the session"),
-            ));
-            continue;
+        let status = sessions.get(peer).and_then(|s| s.status.as_ref());
+        let (at, st) = match session_up(peer, status) {
+            Ok(up) => up,
+            Err(reason) => {
+                down.push(reason);
+                continue;
+            }
         };
-        let at = if st.peer_address.is_empty() {
-            peer.to_string()
-        } else {
-            format!("{peer} ({})", st.peer_address)
-        };
-        if st.bgp_state != "Established" {
-            let error = st
-                .last_error
-                .as_deref()
-                .map(|e| format!(": last error: {e}"))
-                .unwrap_or_default();
-            down.push(Reason::new(
-                "SessionDown",
-                format!("BGP: the session to {at} is {}{error}", st.bgp_state),
-            ));
-            continue;
-        }
-        if let Some(bfd) = st.bfd_state.as_deref().filter(|b| *b != "Up") {
-            down.push(Reason::new(
-                "BFDDown",
-                format!("BGP: the session to {at} is Established but its BFD session is {bfd}: the route is withdrawn"),
-            ));
-            continue;
-        }
         v.how
             .push(format!("BGP: announced to {at}, session Established"));
         // Where the session says so: a `Local` Service's nodes write which peers carry it
@@ -641,6 +619,47 @@ fn bgp_verdict(
     }
     // A session down beside one up is said all the same.
     v.reasons.extend(down);
+}
+
+/// The session to `peer` as its `BGPSessionState` reports it: where the route goes (the peer
+/// and its address) when the session is Established with BFD (if any) Up, else why it does not.
+fn session_up<'a>(
+    peer: &str,
+    st: Option<&'a BGPSessionStateStatus>,
+) -> Result<(String, &'a BGPSessionStateStatus), Reason> {
+    let Some(st) = st else {
+        return Err(Reason::new(
+            "NoSession",
+            format!(
+                "BGP: no BGPSessionState for peer {peer} on this node: its speaker has not reported the session"
+            ),
+        ));
+    };
+    let at = if st.peer_address.is_empty() {
+        peer.to_string()
+    } else {
+        format!("{peer} ({})", st.peer_address)
+    };
+    if st.bgp_state != "Established" {
+        let error = st
+            .last_error
+            .as_deref()
+            .map(|e| format!(": last error: {e}"))
+            .unwrap_or_default();
+        return Err(Reason::new(
+            "SessionDown",
+            format!("BGP: the session to {at} is {}{error}", st.bgp_state),
+        ));
+    }
+    if let Some(bfd) = st.bfd_state.as_deref().filter(|b| *b != "Up") {
+        return Err(Reason::new(
+            "BFDDown",
+            format!(
+                "BGP: the session to {at} is Established but its BFD session is {bfd}: the route is withdrawn"
+            ),
+        ));
+    }
+    Ok((at, st))
 }
 
 /// The Events about Service `name`, oldest first, at most the last five.
