@@ -263,7 +263,7 @@ impl SessionStateWriter {
         for (name, status) in &report.states {
             let meta = || {
                 node_owned(
-                    &name,
+                    name,
                     &self.namespace,
                     &self.node,
                     report.node_uid.as_deref(),
