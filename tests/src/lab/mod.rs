@@ -508,9 +508,11 @@ impl Lab {
             )?;
             self.standins.push(p);
         }
-        self.start_kube_proxy_processes(kubeproxy::CLUSTER_CIDRS)
+        self.start_kube_proxy_processes(kubeproxy::CLUSTER_CIDRS)?;
+        self.wait_kube_proxies_ready()
     }
 
+    /// Starts kube-proxy on every node (ready once [`Lab::wait_kube_proxies_ready`] says so).
     fn start_kube_proxy_processes(&mut self, cluster_cidrs: &str) -> Result<()> {
         for i in 0..NODE_NAMES.len() {
             let p = kubeproxy::start(
@@ -523,6 +525,11 @@ impl Lab {
             )?;
             self.kube_proxies.push(p);
         }
+        Ok(())
+    }
+
+    /// Waits until every kube-proxy has synced its rules once (`/healthz`).
+    fn wait_kube_proxies_ready(&mut self) -> Result<()> {
         kubeproxy::wait_ready(
             &self.topo.nodes,
             &mut self.kube_proxies,
@@ -541,6 +548,9 @@ impl Lab {
             &self.config.dir,
             images,
         )?);
+        // kube-proxy starts beside the kubelets, but its minute to report healthy begins only
+        // once every Node is Ready: on two busy cores (the fuzzers beside), CI once saw a
+        // kube-proxy still unhealthy a minute after it started with the kubelets.
         self.start_kube_proxy_processes(nodes::CLUSTER_CIDRS)?;
         let client = self.client();
         let ready = self.wait(Duration::from_secs(90), "every Node Ready", || {
@@ -575,6 +585,7 @@ impl Lab {
                 last_lines(&log, 20)
             )));
         }
+        self.wait_kube_proxies_ready()?;
         let backends = manifests::yaml_files(&self.config.manifests.join("real"))?;
         let client = self.client();
         self.block(async move { manifests::apply(&client, &backends).await })?;
