@@ -17,6 +17,8 @@
 //!   bench.
 //! - [`provenance`]: the commit, build and machine a bench's figures come from.
 //! - [`skip`]: the one skip every suite uses, a failure under `FERROLB_REQUIRE_BINARIES=1`.
+//! - [`tools`]: what the tool binaries (`bgp-probe`, `bfd-probe`, ...) share; [`tool`] finds
+//!   one for a suite.
 
 pub mod apiserver;
 pub mod backend;
@@ -28,6 +30,7 @@ pub mod process;
 pub mod provenance;
 pub mod realkube;
 pub mod skip;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 

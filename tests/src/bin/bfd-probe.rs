@@ -11,7 +11,7 @@
 //! `{"peer": "10.99.0.2", "local": "10.99.0.1", "state": "Up", "remote_state": "Up",
 //! "diag": "NoDiagnostic", "t": <seconds since start>}`.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -132,24 +132,7 @@ async fn main() -> Result<()> {
         handles.push((spec, handle));
     }
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Command>(&line) {
-                Ok(c) => {
-                    if tx.send(c).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("bfd-probe: ignoring bad command {line:?}: {e}"),
-            }
-        }
-        let _ = tx.send(Command::Shutdown);
-    });
+    let mut rx = ferrolb_tests::tools::commands_from_stdin("bfd-probe", Command::Shutdown);
 
     while let Some(command) = rx.recv().await {
         match command {

@@ -10,7 +10,7 @@
 //! `{"peer": "<id>", "status": <PeerStatus>, "elapsed_ms": <since start>}`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -47,24 +47,7 @@ async fn main() -> Result<()> {
     speaker.set_peers(peers);
     let start = Instant::now();
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Command>(&line) {
-                Ok(c) => {
-                    if tx.send(c).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("bgp-probe: ignoring bad command {line:?}: {e}"),
-            }
-        }
-        let _ = tx.send(Command::Shutdown);
-    });
+    let mut rx = ferrolb_tests::tools::commands_from_stdin("bgp-probe", Command::Shutdown);
 
     let mut last: BTreeMap<PeerId, PeerStatus> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(5));

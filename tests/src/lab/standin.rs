@@ -126,20 +126,23 @@ fn ask_here(addr: SocketAddr, timeout: Duration) -> Result<String, NoAnswer> {
 /// owner or a BGP route sent it to. With the stand-in (which answers on the entry node) and
 /// with `externalTrafficPolicy: Local` (kube-proxy keeps the client's address and serves it
 /// from a Pod on the entry node) that is the answering node, the body. With the real
-/// kube-proxy and `Cluster`, any Pod may answer, and kube-proxy masquerades the request to the
-/// entry node: to its address on the segment toward a Pod on another node, or to its side of
-/// the Pod's link toward one of its own (then the answering node is the entry node).
+/// kube-proxy and `Cluster`, any Pod may answer, and the node it masqueraded the request from
+/// is the entry node ([`masqueraded_by`]).
 pub fn entered_through(a: &Answer) -> String {
-    let Some(from) = a
-        .header("x-client-address")
-        .and_then(|f| f.parse::<IpAddr>().ok())
-    else {
-        return a.body.clone();
-    };
+    masqueraded_by(a).unwrap_or_else(|| a.body.clone())
+}
+
+/// The node whose kube-proxy masqueraded the request, from the source address the backend saw:
+/// that node's address on the segment (toward a Pod on another node), or its side of the Pod's
+/// link (toward a Pod of its own, which then answered: the Pod namespaces' shared gateway, or
+/// the node's CNI bridge in its Pod subnet with real nodes). `None` when the backend saw
+/// another address (the client's own, kept).
+pub fn masqueraded_by(a: &Answer) -> Option<String> {
+    let from: IpAddr = a.header("x-client-address")?.parse().ok()?;
     if from == IpAddr::V4(super::kubeproxy::POD_GATEWAY_V4)
         || matches!(from, IpAddr::V6(v6) if v6.is_unicast_link_local())
     {
-        return a.body.clone();
+        return Some(a.body.clone());
     }
     let in_pod_subnet = |i: usize| {
         [super::nodes::POD_CIDRS_V4[i], super::nodes::POD_CIDRS_V6[i]]
@@ -151,7 +154,7 @@ pub fn entered_through(a: &Answer) -> String {
         .find(|i| {
             from == IpAddr::V4(node_v4(*i)) || from == IpAddr::V6(node_v6(*i)) || in_pod_subnet(*i)
         })
-        .map_or_else(|| a.body.clone(), |i| NODE_NAMES[i].to_string())
+        .map(|i| NODE_NAMES[i].to_string())
 }
 
 /// Sends `GET path` from namespace `ns` to `addr` and returns the whole answer (status,
