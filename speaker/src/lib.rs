@@ -5,10 +5,12 @@
 //! One direction, from the top: the shell drives the planners, the planners read the cluster
 //! model, and the protocol cores below import none of the layers above them.
 //!
-//! - [`shell`]: the Kubernetes shell (`Speaker::sync`, the status, session and configuration
-//!   writers, metrics). The binary's `main.rs` wires it: flags, tasks, the sync loop.
-//! - [`planner`]: what to announce from the model, pure: the layer-2 plan, the BGP plan, and
-//!   both kept up to date one changed Service at a time.
+//! - [`shell`]: the Kubernetes shell (`Speaker::sync`, which applies the node planner's
+//!   effects; the status, session and configuration writers, metrics). The binary's `main.rs`
+//!   wires it: flags, tasks, the sync loop.
+//! - [`planner`]: what to announce from the model, pure: the layer-2 plan, the BGP plan, both
+//!   kept up to date one changed Service at a time, and one node's decisions per sync
+//!   ([`planner::node`]: time passed in, effects out).
 //! - [`cluster`]: the model of the cluster, pure: Kubernetes objects converted into what the
 //!   planners read ([`cluster::input`]), indexed, updated one watch event at a time.
 //! - Leaves, each importing none of the above: [`l2`] (election, ARP/NDP frames, the

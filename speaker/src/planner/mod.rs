@@ -12,11 +12,15 @@
 //! - [`bgp`]: the BGP plan: which prefixes go to which peers, with which attributes.
 //! - [`incremental`]: both plans kept up to date one changed Service at a time, for the
 //!   speaker's sync loop.
+//! - [`node`]: one node's decisions per sync, built on both trackers: the layer-2 answers and
+//!   their interfaces, the BGP peers and paths, the status objects and Events; the shell
+//!   applies them.
 
 pub mod bgp;
 pub mod eligibility;
 pub mod incremental;
 pub mod l2;
+pub mod node;
 
 pub use crate::cluster::input;
 pub use crate::l2::election::HoldDown;

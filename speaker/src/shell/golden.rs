@@ -89,11 +89,11 @@ fn apply(cluster: &mut Cluster, event: &Value) {
 /// What a user could see of the speaker after a step.
 fn observe(speaker: &Speaker, status: &StatusQueue, events: &EventQueue, out: &mut String) {
     writeln!(out, "  layer 2 answers:").unwrap();
-    for (ip, names) in &speaker.answering {
+    for (ip, names) in speaker.planner.answering() {
         writeln!(out, "    {ip} on {}", names.join(", ")).unwrap();
     }
     writeln!(out, "  BGP paths:").unwrap();
-    for (peer, ads) in &speaker.advertised {
+    for (peer, ads) in speaker.planner.advertised() {
         for a in ads {
             let via = a
                 .next_hop
