@@ -506,6 +506,38 @@ impl Cluster {
         self.this_node_uid.as_deref()
     }
 
+    /// Whether this node carries the exclusion label (a drain:
+    /// `node.kubernetes.io/exclude-from-external-load-balancers`).
+    pub fn this_node_excluded(&self) -> bool {
+        self.nodes().get(&self.scope.this_node).is_some_and(|n| {
+            n.labels
+                .contains_key(ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB)
+        })
+    }
+
+    /// When each node's speaker Pod became ready, as instants of the caller's clock (`now` and
+    /// `wall` are the same moment); a date in the future (clock skew) counts as `now`, one
+    /// older than the clock can express is left out (it holds nothing). Unready Pods count for
+    /// nothing.
+    pub fn speakers_ready_since(
+        &self,
+        now: std::time::Instant,
+        wall: std::time::SystemTime,
+    ) -> BTreeMap<String, std::time::Instant> {
+        let wall_secs = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.speaker_pods()
+            .filter(|p| p.ready)
+            .filter_map(|p| {
+                let ago = u64::try_from(wall_secs - p.ready_since?).unwrap_or(0);
+                // Before this host's clock can say: long ago, holds nothing.
+                let at = now.checked_sub(std::time::Duration::from_secs(ago))?;
+                Some((p.node.clone(), at))
+            })
+            .collect()
+    }
+
     /// A speaker Pod event.
     pub fn speaker_pod(&mut self, update: Update<Pod>) {
         let changed = match update {

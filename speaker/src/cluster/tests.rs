@@ -327,3 +327,46 @@ fn a_service_selector_change_is_a_configuration_change() {
     assert!(c.take_changes().config);
     assert_eq!(c.config().l2[0].service_selectors.len(), 1);
 }
+
+#[test]
+fn speaker_pods_ready_dates_become_instants_and_unready_pods_count_for_nothing() {
+    let mut cluster = Cluster::new(crate::cluster::Scope {
+        this_node: "node-a".into(),
+        class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+        ignore_unclassed: false,
+    });
+    let pod = |name: &str, node: &str, status: &str, at: &str| {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ferrolb-system"},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at}]}
+        }))
+        .unwrap()
+    };
+    cluster.speaker_pod(crate::cluster::Update::Apply(pod(
+        "s-a",
+        "node-a",
+        "True",
+        "2026-01-01T00:00:00Z",
+    )));
+    cluster.speaker_pod(crate::cluster::Update::Apply(pod(
+        "s-b",
+        "node-b",
+        "False",
+        "2026-01-01T00:00:00Z",
+    )));
+    let now = std::time::Instant::now();
+    let wall = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_610);
+    let ready = cluster.speakers_ready_since(now, wall);
+    assert_eq!(
+        ready.get("node-a").map(|t| now - *t),
+        Some(std::time::Duration::from_secs(10))
+    );
+    assert!(!ready.contains_key("node-b"));
+    // A date ahead of this host's clock counts as now.
+    let early = wall - std::time::Duration::from_secs(60);
+    assert_eq!(
+        cluster.speakers_ready_since(now, early).get("node-a"),
+        Some(&now)
+    );
+}

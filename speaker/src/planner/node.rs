@@ -361,7 +361,7 @@ impl NodePlanner {
         if self.ready_since.0 != cluster.speakers_version() {
             self.ready_since = (
                 cluster.speakers_version(),
-                pods_ready_since(cluster, now, input.wall),
+                cluster.speakers_ready_since(now, input.wall),
             );
         }
         let mut hold_down = self.arrivals.hold_down(now, &self.ready_since.1);
@@ -566,11 +566,7 @@ impl NodePlanner {
     /// Notes when this node gets or loses the exclusion label (a node drain): for
     /// `l2_handover` after it got it, the addresses it gives up are still answered.
     fn note_exclusion(&mut self, cluster: &Cluster, now: Instant) {
-        let excluded = cluster.nodes().get(&self.settings.node).is_some_and(|n| {
-            n.labels
-                .contains_key(ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB)
-        });
-        match (excluded, self.excluded_since) {
+        match (cluster.this_node_excluded(), self.excluded_since) {
             (true, None) => {
                 info!(handover = ?self.settings.l2_handover, "this node is excluded from external load balancers: its layer-2 addresses are answered while the other nodes take them over");
                 self.excluded_since = Some(now);
@@ -884,29 +880,6 @@ fn uid_of(cluster: &Cluster, key: &ServiceKey) -> Option<String> {
     cluster.service_rec(key).and_then(|r| r.uid.clone())
 }
 
-/// When each node's speaker Pod became ready, as instants of this process's clock (`now` and
-/// `wall` are the same moment); a date in the future (clock skew) counts as `now`, one older
-/// than this host's clock can express is left out (it holds nothing).
-fn pods_ready_since(
-    cluster: &Cluster,
-    now: Instant,
-    wall: SystemTime,
-) -> BTreeMap<String, Instant> {
-    let wall_secs = wall
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    cluster
-        .speaker_pods()
-        .filter(|p| p.ready)
-        .filter_map(|p| {
-            let ago = u64::try_from(wall_secs - p.ready_since?).unwrap_or(0);
-            // Before this host's clock can say: long ago, holds nothing.
-            let at = now.checked_sub(Duration::from_secs(ago))?;
-            Some((p.node.clone(), at))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1104,49 +1077,6 @@ mod tests {
         assert_eq!(
             fx.l2,
             vec![L2Command::ChangeOwned(BTreeMap::from([(ip, None)]))]
-        );
-    }
-
-    #[test]
-    fn speaker_pods_ready_dates_become_instants_and_unready_pods_count_for_nothing() {
-        let mut cluster = Cluster::new(crate::cluster::Scope {
-            this_node: "node-a".into(),
-            class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
-            ignore_unclassed: false,
-        });
-        let pod = |name: &str, node: &str, status: &str, at: &str| {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "namespace": "ferrolb-system"},
-                "spec": {"nodeName": node, "containers": []},
-                "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at}]}
-            }))
-            .unwrap()
-        };
-        cluster.speaker_pod(crate::cluster::Update::Apply(pod(
-            "s-a",
-            "node-a",
-            "True",
-            "2026-01-01T00:00:00Z",
-        )));
-        cluster.speaker_pod(crate::cluster::Update::Apply(pod(
-            "s-b",
-            "node-b",
-            "False",
-            "2026-01-01T00:00:00Z",
-        )));
-        let now = Instant::now();
-        let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_767_225_610);
-        let ready = pods_ready_since(&cluster, now, wall);
-        assert_eq!(
-            ready.get("node-a").map(|t| now - *t),
-            Some(Duration::from_secs(10))
-        );
-        assert!(!ready.contains_key("node-b"));
-        // A date ahead of this host's clock counts as now.
-        let early = wall - Duration::from_secs(60);
-        assert_eq!(
-            pods_ready_since(&cluster, now, early).get("node-a"),
-            Some(&now)
         );
     }
 }
