@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!  Cluster ─► take_changes ─┬─► L2Tracker ─► interfaces ─► Effects::l2 (owned, handed over)
-//!  Inputs (live, unable, ───┤                              Effects::announced, ::events
+//!  Inputs (live, unable, ───┤                              Effects::touched, ::events
 //!   host, now, taken over) ─┴─► BgpTracker ──────────────► Effects::peers, ::advertisements
 //! ```
 //!
@@ -132,8 +132,10 @@ pub struct Effects {
     pub peers: Option<Vec<PeerConfig>>,
     /// The paths for each peer whose paths changed.
     pub advertisements: Vec<(PeerId, Vec<Advertisement>)>,
-    /// The Services whose status objects to write again.
-    pub announced: Vec<Announced>,
+    /// The Services whose status objects to write again: ask [`NodePlanner::announce`] for
+    /// each once the rest is applied (one at a time, so that a burst of 10,000 holds one
+    /// Service's announcement at a time, not all of them beside the status queue).
+    pub touched: BTreeSet<ServiceKey>,
     /// Events to emit.
     pub events: Vec<ServiceEvent>,
     /// `BGPPeer`s found configured in part or not at all (the configuration-error counter).
@@ -333,9 +335,7 @@ impl NodePlanner {
             touched.extend(self.sync_bgp(cluster, &changes, fx));
         }
         out.services = touched.len();
-        for key in touched {
-            self.announce(cluster, &key, fx);
-        }
+        fx.touched = touched;
         out
     }
 
@@ -814,9 +814,13 @@ impl NodePlanner {
         u.services
     }
 
-    /// What this node announces for `key` now, into `fx.announced`, with a `nodeAssigned`
-    /// Event when it starts answering for it over layer 2.
-    pub fn announce(&mut self, cluster: &Cluster, key: &ServiceKey, fx: &mut Effects) {
+    /// What this node announces for `key` now, with a `nodeAssigned` Event when it starts
+    /// answering for it over layer 2.
+    pub fn announce(
+        &mut self,
+        cluster: &Cluster,
+        key: &ServiceKey,
+    ) -> (Announced, Option<ServiceEvent>) {
         let mut series: Vec<(IpAddr, &'static str)> = Vec::new();
         let mut l2 = None;
         let mut bgp_peers = None;
@@ -852,26 +856,25 @@ impl NodePlanner {
         } else {
             self.l2_announcing.remove(key);
         }
-        if newly_announcing {
-            fx.events.push(ServiceEvent {
-                key: key.clone(),
-                uid: uid_of(cluster, key),
-                type_: EventType::Normal,
-                reason: "nodeAssigned",
-                note: format!(
-                    "announcing from node \"{}\" with protocol \"layer2\"",
-                    self.settings.node
-                ),
-            });
-        }
+        let event = newly_announcing.then(|| ServiceEvent {
+            key: key.clone(),
+            uid: uid_of(cluster, key),
+            type_: EventType::Normal,
+            reason: "nodeAssigned",
+            note: format!(
+                "announcing from node \"{}\" with protocol \"layer2\"",
+                self.settings.node
+            ),
+        });
         series.sort();
         series.dedup();
-        fx.announced.push(Announced {
+        let announced = Announced {
             key: key.clone(),
             l2,
             bgp_peers,
             series,
-        });
+        };
+        (announced, event)
     }
 }
 
@@ -985,9 +988,19 @@ mod tests {
                 Some(vec!["lan0".to_string()])
             )]))]
         );
-        assert_eq!(fx.announced.len(), 1);
-        assert_eq!(fx.announced[0].series, vec![(ip, "layer2")]);
-        assert_eq!(fx.events[0].reason, "nodeAssigned");
+        let web = ServiceKey {
+            namespace: "default".into(),
+            name: "web".into(),
+        };
+        assert_eq!(fx.touched, BTreeSet::from([web.clone()]));
+        let (announced, event) = planner.announce(&cluster, &web);
+        assert_eq!(announced.series, vec![(ip, "layer2")]);
+        assert_eq!(
+            announced.l2,
+            Some((vec![WEB.to_string()], vec!["lan0".to_string()]))
+        );
+        assert_eq!(event.map(|e| e.reason), Some("nodeAssigned"));
+        assert_eq!(planner.announce(&cluster, &web).1, None, "told once");
         // The node is drained (exclusion label): node-b takes the address over, and node-a
         // keeps answering until node-b announces it.
         cluster.node(Update::Apply(fixtures::node(

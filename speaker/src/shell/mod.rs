@@ -139,12 +139,8 @@ impl Speaker {
     /// the objects a successor deleted meanwhile are created again.
     pub fn rewrite_statuses(&mut self, cluster: &Cluster) {
         self.status.reload();
-        let mut fx = Effects::default();
         let keys: Vec<ServiceKey> = self.announced.keys().cloned().collect();
-        for key in &keys {
-            self.planner.announce(cluster, key, &mut fx);
-        }
-        self.apply(fx);
+        self.announce(cluster, keys);
     }
 
     /// Puts this node on standby or takes it off ([`NodePlanner::set_standby`]).
@@ -188,8 +184,22 @@ impl Speaker {
         };
         let mut fx = Effects::default();
         let out = self.planner.sync(cluster, input, &mut fx);
+        let touched = std::mem::take(&mut fx.touched);
         self.apply(fx);
+        self.announce(cluster, touched);
         out
+    }
+
+    /// Queues the status objects of `keys` as the planner says they are now, one Service at a
+    /// time.
+    fn announce(&mut self, cluster: &Cluster, keys: impl IntoIterator<Item = ServiceKey>) {
+        for key in keys {
+            let (announced, event) = self.planner.announce(cluster, &key);
+            if let Some(e) = event {
+                self.event(e);
+            }
+            self.queue_status(announced);
+        }
     }
 
     /// Does what the planner decided, in its order.
@@ -229,9 +239,6 @@ impl Speaker {
                 bgp.set_advertisements(&peer, ads);
             }
             self.export_sessions();
-        }
-        for a in fx.announced {
-            self.queue_status(a);
         }
         for e in fx.events {
             self.event(e);
