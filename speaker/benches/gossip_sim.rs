@@ -267,7 +267,11 @@ fn run(n: usize, p: Params) -> Row {
     while c.now() < steady_end {
         c.run_for(Duration::from_secs(1), |_, _, _, _| {});
         if budget.spent() {
-            stop(&mut row, &c, &format!("the {} of steady state", secs(steady)));
+            stop(
+                &mut row,
+                &c,
+                &format!("the {} of steady state", secs(steady)),
+            );
             return row;
         }
     }
@@ -362,13 +366,15 @@ fn main() {
     let c = MembershipConfig::default();
     println!(
         "gossip simulation: default MembershipConfig (probe every {:?}, ack within {:?}, \
-         suspect→down {:?}, gossip every {:?}, announce/join every {:?}, {} indirect probes, \
+         suspect→down the longer of {:?} and {} × log10(n) probe periods, \
+         to 10 ms, gossip every {:?}, announce/join every {:?}, {} indirect probes, \
          updates passed on 8 to {} times by size); latency 0.2–1 ms; \
          loss {:.1} %; {kills} kills; seed {seed}; steady state {}; \
          wall-time budgets: joining {}, all {} per size",
         c.probe_period,
         c.probe_rtt,
         c.suspect_to_down_after,
+        ferrolb_speaker::membership::core::SUSPICION_PER_DECADE,
         c.gossip_every,
         c.announce_every,
         ferrolb_speaker::membership::core::INDIRECT_PROBES,
@@ -400,10 +406,10 @@ fn main() {
     });
     println!();
     println!(
-        "| members | converge (KiB sent per node) | detect, first: median / tail | detect, all: median / tail | detect, each member: median / tail | false positives in {}: members (declarations) | steady state per node | wall |",
+        "| members | suspicion | converge (KiB sent per node) | detect, first: median / tail | detect, all: median / tail | detect, each member: median / tail | false positives in {}: members (declarations) | steady state per node | wall |",
         secs(steady)
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in &rows {
         let converge = match r.converge {
             Ok(t) => secs(t),
@@ -430,8 +436,9 @@ fn main() {
             None => ("not run".to_string(), "not run".to_string()),
         };
         println!(
-            "| {}{start} | {} ({:.0} KiB) | {} | {}{} | {} | {} | {} | {:.0} s |",
+            "| {}{start} | {:?} | {} ({:.0} KiB) | {} | {}{} | {} | {} | {} | {:.0} s |",
             r.n,
+            ferrolb_speaker::membership::core::suspicion_for(r.n, &MembershipConfig::default()),
             converge,
             r.converge_kib_per_node,
             detect(&r.first),
