@@ -148,9 +148,10 @@ pub const SUSPICION_PER_DECADE: f64 = 3.0;
 ///
 /// Why it grows: only the member whose probe failed runs the timer; the suspect learns of its
 /// suspicion through gossip and its refutation travels back the same way, and an epidemic
-/// needs about log(n) rounds to reach one given member. With 150 ms at every size, the
-/// simulation (`gossip_sim`, 1,000 members, 5 % of datagrams lost) declared 19 live members
-/// down in 60 s: a falsely suspected member could not hear of it and refute in time.
+/// needs about log(n) rounds to reach one given member. In the simulation (`gossip_sim`, 1,000
+/// members, 5 % of datagrams lost, 600 s), 150 ms let live members be declared down 20,245 times
+/// (130 members); 720 ms, not once. It costs detection: every member knew of a death after
+/// 1.14 s (median of 5) instead of 0.55 s. At 1 % loss neither declared a live member down.
 pub fn suspicion_for(members: usize, config: &MembershipConfig) -> Duration {
     let decades = (members.max(1) as f64).log10();
     let period_ms = config.probe_period.as_micros() as f64 / 1_000.0;
