@@ -9,9 +9,11 @@
 //!    and the next phases run on a cluster started converged instead (every member handed all
 //!    others, no traffic);
 //! 2. 10 s to settle, then `GOSSIP_SIM_STEADY_S` (60 s unless set) of steady state: **false
-//!    positives** are live members declared down (each such member notices and rejoins with its next generation; the declarations by
-//!    all observers are counted too), and the **traffic** every member sends (authenticated
-//!    datagrams, without UDP/IP headers) per second;
+//!    positives** are live members that learned they were held down and rejoined with their
+//!    next generation, with the down declarations by all observers; **views short of a member**
+//!    counts the members whose view lacked a live member after some membership change (what a
+//!    failover follows), and those changes; and the **traffic** every member sends
+//!    (authenticated datagrams, without UDP/IP headers) per second;
 //! 3. `GOSSIP_SIM_KILLS` times, one member is killed without a word: **first** is the time
 //!    until one member sees it down, **all** until every other member does (median and, over
 //!    the kills, p99 when there are at least 100 of them, else the max; the table says which),
@@ -71,6 +73,10 @@ struct Row {
 struct Steady {
     fp_members: u64,
     fp_declarations: u64,
+    /// Members whose view lacked a live member at some point, and how many membership changes
+    /// left a view short.
+    short_observers: usize,
+    short_views: u64,
     bytes_per_node_s: f64,
     datagrams_per_node_s: f64,
 }
@@ -264,8 +270,16 @@ fn run(n: usize, p: Params) -> Row {
     let (rejoined0, down0) = down_counters(&c);
     let (bytes0, datagrams0) = (bytes_total(&c), datagrams_total(&c));
     let steady_end = c.now() + steady;
+    let mut short = vec![false; n];
+    let mut short_views = 0u64;
     while c.now() < steady_end {
-        c.run_for(Duration::from_secs(1), |_, _, _, _| {});
+        c.run_for(Duration::from_secs(1), |i, change, m, _| {
+            // Every member runs during the steady state, so a view of fewer is a member seen down.
+            if change == Change::Members && m.live_count() < n {
+                short[i] = true;
+                short_views += 1;
+            }
+        });
         if budget.spent() {
             stop(
                 &mut row,
@@ -280,6 +294,8 @@ fn run(n: usize, p: Params) -> Row {
     row.steady = Some(Steady {
         fp_members: rejoined1 - rejoined0,
         fp_declarations: down1 - down0,
+        short_observers: short.iter().filter(|s| **s).count(),
+        short_views,
         bytes_per_node_s: (bytes_total(&c) - bytes0) as f64 / per_node_s,
         datagrams_per_node_s: (datagrams_total(&c) - datagrams0) as f64 / per_node_s,
     });
@@ -406,7 +422,7 @@ fn main() {
     });
     println!();
     println!(
-        "| members | suspicion | converge (KiB sent per node) | detect, first: median / tail | detect, all: median / tail | detect, each member: median / tail | false positives in {}: members (declarations) | steady state per node | wall |",
+        "| members | suspicion | converge (KiB sent per node) | detect, first: median / tail | detect, all: median / tail | detect, each member: median / tail | false positives in {}: members (declarations); views short of a member: observers (changes) | steady state per node | wall |",
         secs(steady)
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
@@ -427,7 +443,10 @@ fn main() {
         };
         let (fp, traffic) = match &r.steady {
             Some(s) => (
-                format!("{} ({})", s.fp_members, s.fp_declarations),
+                format!(
+                    "{} ({}); {} ({})",
+                    s.fp_members, s.fp_declarations, s.short_observers, s.short_views
+                ),
                 format!(
                     "{:.0} B/s, {:.1} datagrams/s",
                     s.bytes_per_node_s, s.datagrams_per_node_s
