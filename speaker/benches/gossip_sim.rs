@@ -8,18 +8,24 @@
 //!    phase gets `GOSSIP_SIM_JOIN_BUDGET_S` of wall time; past it the table says how far it got,
 //!    and the next phases run on a cluster started converged instead (every member handed all
 //!    others, no traffic);
-//! 2. 10 s to settle, then 60 s of steady state: **false positives** are live members declared
-//!    down (each such member notices and rejoins with its next generation; the declarations by
-//!    all observers are counted too), and the **traffic** every member sends (authenticated
-//!    datagrams, without UDP/IP headers) per second;
+//! 2. 10 s to settle, then `GOSSIP_SIM_STEADY_S` (60 s unless set) of steady state: **false
+//!    positives** are live members that learned they were held down and rejoined with their
+//!    next generation, with the down declarations by all observers; **views short of a member**
+//!    counts the members whose view lacked a live member after some membership change (what a
+//!    failover follows), and those changes; and the **traffic** every member sends
+//!    (authenticated datagrams, without UDP/IP headers) per second;
 //! 3. `GOSSIP_SIM_KILLS` times, one member is killed without a word: **first** is the time
-//!    until one member sees it down, **all** until every other member does (median and max
-//!    over the kills; a member that had not within 60 s counts as 60 s and is reported).
+//!    until one member sees it down, **all** until every other member does (median and, over
+//!    the kills, p99 when there are at least 100 of them, else the max; the table says which),
+//!    and **each member** the time until each other member sees it down (median and p99 over
+//!    every (kill, member) pair; the max instead below 100 pairs). A member that had not within
+//!    60 s counts as 60 s and is reported.
 //!
 //! ```text
 //! cargo bench -p ferrolb-speaker --bench gossip_sim
 //! GOSSIP_SIM_SIZES=1000,5000 GOSSIP_SIM_LOSS=0.01 GOSSIP_SIM_KILLS=5 GOSSIP_SIM_SEED=1
-//! GOSSIP_SIM_JOIN_BUDGET_S=120 GOSSIP_SIM_BUDGET_S=600 (defaults; a budget of 0 means none)
+//! GOSSIP_SIM_JOIN_BUDGET_S=120 GOSSIP_SIM_BUDGET_S=600 GOSSIP_SIM_STEADY_S=60
+//! (defaults; a budget of 0 means none)
 //! ```
 //!
 //! Sizes run in parallel, one thread each. Simulating N members costs far more than N times
@@ -33,7 +39,6 @@ use ferrolb_speaker::membership::{GossipKey, MembershipConfig};
 use std::time::{Duration, Instant};
 
 const SETTLE: Duration = Duration::from_secs(10);
-const STEADY: Duration = Duration::from_secs(60);
 const CONVERGE_LIMIT: Duration = Duration::from_secs(600);
 const DETECT_LIMIT: Duration = Duration::from_secs(60);
 /// Past every phase: timers due later (foca forgets down members after 24 h) are dropped.
@@ -57,6 +62,8 @@ struct Row {
     steady: Option<Steady>,
     first: Vec<Duration>,
     all: Vec<Duration>,
+    /// Per kill and surviving member: when it saw the dead member down.
+    each: Vec<Duration>,
     undetected: usize,
     /// Why the run stopped early.
     stopped: Option<String>,
@@ -66,6 +73,10 @@ struct Row {
 struct Steady {
     fp_members: u64,
     fp_declarations: u64,
+    /// Members whose view lacked a live member at some point, and how many membership changes
+    /// left a view short.
+    short_observers: usize,
+    short_views: u64,
     bytes_per_node_s: f64,
     datagrams_per_node_s: f64,
 }
@@ -89,6 +100,21 @@ fn median(v: &[Duration]) -> Duration {
     let mut v = v.to_vec();
     v.sort();
     v[v.len() / 2]
+}
+
+/// Samples needed before the tail is given as a p99 rather than the max.
+const P99_SAMPLES: usize = 100;
+
+/// The p99 (nearest rank) of at least [`P99_SAMPLES`] samples, else the max; and which.
+fn tail(v: &[Duration]) -> (Duration, &'static str) {
+    let mut v = v.to_vec();
+    v.sort();
+    if v.len() >= P99_SAMPLES {
+        let rank = (v.len() * 99).div_ceil(100);
+        (v[rank - 1], "p99")
+    } else {
+        (v[v.len() - 1], "max")
+    }
 }
 
 fn bytes_total(c: &Cluster) -> u64 {
@@ -152,14 +178,26 @@ fn converge(
     false
 }
 
-fn run(
-    n: usize,
+/// What every size shares.
+#[derive(Clone, Copy)]
+struct Params {
     loss: f64,
     kills: usize,
     seed: u64,
     join_budget: Option<Duration>,
     budget: Option<Duration>,
-) -> Row {
+    steady: Duration,
+}
+
+fn run(n: usize, p: Params) -> Row {
+    let Params {
+        loss,
+        kills,
+        seed,
+        join_budget,
+        budget,
+        steady,
+    } = p;
     let budget = Budget {
         start: Instant::now(),
         limit: budget,
@@ -179,6 +217,7 @@ fn run(
         steady: None,
         first: Vec::new(),
         all: Vec::new(),
+        each: Vec::new(),
         undetected: 0,
         stopped: None,
         wall: Duration::ZERO,
@@ -230,19 +269,33 @@ fn run(
     c.run_for(SETTLE, |_, _, _, _| {});
     let (rejoined0, down0) = down_counters(&c);
     let (bytes0, datagrams0) = (bytes_total(&c), datagrams_total(&c));
-    let steady_end = c.now() + STEADY;
+    let steady_end = c.now() + steady;
+    let mut short = vec![false; n];
+    let mut short_views = 0u64;
     while c.now() < steady_end {
-        c.run_for(Duration::from_secs(1), |_, _, _, _| {});
+        c.run_for(Duration::from_secs(1), |i, change, m, _| {
+            // Every member runs during the steady state, so a view of fewer is a member seen down.
+            if change == Change::Members && m.live_count() < n {
+                short[i] = true;
+                short_views += 1;
+            }
+        });
         if budget.spent() {
-            stop(&mut row, &c, "the 60 s of steady state");
+            stop(
+                &mut row,
+                &c,
+                &format!("the {} of steady state", secs(steady)),
+            );
             return row;
         }
     }
     let (rejoined1, down1) = down_counters(&c);
-    let per_node_s = n as f64 * STEADY.as_secs_f64();
+    let per_node_s = n as f64 * steady.as_secs_f64();
     row.steady = Some(Steady {
         fp_members: rejoined1 - rejoined0,
         fp_declarations: down1 - down0,
+        short_observers: short.iter().filter(|s| **s).count(),
+        short_views,
         bytes_per_node_s: (bytes_total(&c) - bytes0) as f64 / per_node_s,
         datagrams_per_node_s: (datagrams_total(&c) - datagrams0) as f64 / per_node_s,
     });
@@ -272,6 +325,7 @@ fn run(
             c.run_for(Duration::from_millis(10), |i, change, m, now| {
                 if change == Change::Members && !seen_down[i] && !m.is_live(&name) {
                     seen_down[i] = true;
+                    row.each.push(now - t0);
                     remaining -= 1;
                     first_at.get_or_insert(now - t0);
                     if remaining == 0 {
@@ -285,6 +339,8 @@ fn run(
             }
         }
         row.undetected += remaining;
+        row.each
+            .extend(std::iter::repeat_n(DETECT_LIMIT, remaining));
         row.first.push(first_at.unwrap_or(DETECT_LIMIT));
         row.all.push(last_at.unwrap_or(DETECT_LIMIT));
         eprintln!(
@@ -298,10 +354,11 @@ fn run(
 }
 
 fn detect(v: &[Duration]) -> String {
-    match v.iter().max() {
-        None => "not run".to_string(),
-        Some(max) => format!("{} / {}", secs(median(v)), secs(*max)),
+    if v.is_empty() {
+        return "not run".to_string();
     }
+    let (t, which) = tail(v);
+    format!("{} / {} {which}", secs(median(v)), secs(t))
 }
 
 fn main() {
@@ -321,15 +378,19 @@ fn main() {
     };
     let join_budget = seconds("GOSSIP_SIM_JOIN_BUDGET_S", 120);
     let budget = seconds("GOSSIP_SIM_BUDGET_S", 600);
+    let steady = Duration::from_secs(env("GOSSIP_SIM_STEADY_S", 60u64).max(1));
     let c = MembershipConfig::default();
     println!(
         "gossip simulation: default MembershipConfig (probe every {:?}, ack within {:?}, \
-         suspect→down {:?}, gossip every {:?}, announce/join every {:?}, {} indirect probes, \
+         suspect→down the longer of {:?} and {} × log10(n) probe periods, \
+         to 10 ms, gossip every {:?}, announce/join every {:?}, {} indirect probes, \
          updates passed on 8 to {} times by size); latency 0.2–1 ms; \
-         loss {:.1} %; {kills} kills; seed {seed}; wall-time budgets: joining {}, all {} per size",
+         loss {:.1} %; {kills} kills; seed {seed}; steady state {}; \
+         wall-time budgets: joining {}, all {} per size",
         c.probe_period,
         c.probe_rtt,
         c.suspect_to_down_after,
+        ferrolb_speaker::membership::core::SUSPICION_PER_DECADE,
         c.gossip_every,
         c.announce_every,
         ferrolb_speaker::membership::core::INDIRECT_PROBES,
@@ -337,13 +398,22 @@ fn main() {
             sizes.iter().copied().max().unwrap_or(3)
         ),
         loss * 100.0,
+        secs(steady),
         join_budget.map_or("none".to_string(), secs),
         budget.map_or("none".to_string(), secs),
     );
+    let params = Params {
+        loss,
+        kills,
+        seed,
+        join_budget,
+        budget,
+        steady,
+    };
     let rows: Vec<Row> = std::thread::scope(|s| {
         let handles: Vec<_> = sizes
             .iter()
-            .map(|&n| s.spawn(move || run(n, loss, kills, seed, join_budget, budget)))
+            .map(|&n| s.spawn(move || run(n, params)))
             .collect();
         handles
             .into_iter()
@@ -352,9 +422,10 @@ fn main() {
     });
     println!();
     println!(
-        "| members | converge (KiB sent per node) | detect, first: median / max | detect, all: median / max | false positives in 60 s: members (declarations) | steady state per node | wall |"
+        "| members | suspicion | converge (KiB sent per node) | detect, first: median / tail | detect, all: median / tail | detect, each member: median / tail | false positives in {}: members (declarations); views short of a member: observers (changes) | steady state per node | wall |",
+        secs(steady)
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in &rows {
         let converge = match r.converge {
             Ok(t) => secs(t),
@@ -372,7 +443,10 @@ fn main() {
         };
         let (fp, traffic) = match &r.steady {
             Some(s) => (
-                format!("{} ({})", s.fp_members, s.fp_declarations),
+                format!(
+                    "{} ({}); {} ({})",
+                    s.fp_members, s.fp_declarations, s.short_observers, s.short_views
+                ),
                 format!(
                     "{:.0} B/s, {:.1} datagrams/s",
                     s.bytes_per_node_s, s.datagrams_per_node_s
@@ -381,13 +455,15 @@ fn main() {
             None => ("not run".to_string(), "not run".to_string()),
         };
         println!(
-            "| {}{start} | {} ({:.0} KiB) | {} | {}{} | {} | {} | {:.0} s |",
+            "| {}{start} | {:?} | {} ({:.0} KiB) | {} | {}{} | {} | {} | {} | {:.0} s |",
             r.n,
+            ferrolb_speaker::membership::core::suspicion_for(r.n, &MembershipConfig::default()),
             converge,
             r.converge_kib_per_node,
             detect(&r.first),
             detect(&r.all),
             never,
+            detect(&r.each),
             fp,
             traffic,
             r.wall.as_secs_f64()
