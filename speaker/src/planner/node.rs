@@ -886,47 +886,92 @@ fn uid_of(cluster: &Cluster, key: &ServiceKey) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use crate::cluster::{Scope, Update, fixtures};
     use crate::l2::frame::MacAddr;
 
     const WEB: &str = "10.99.0.100";
+    const BOTH: &[&str] = &["node-a", "node-b"];
 
     /// node-a's planner and model: nodes a and b, one pool and L2Advertisement, Service `web`
-    /// at [`WEB`] with endpoints on both.
-    fn node_a() -> (NodePlanner, Cluster) {
-        let planner = NodePlanner::new(Settings {
-            node: "node-a".into(),
-            namespace: "ferrolb-system".into(),
-            enable_l2: true,
-            enable_bgp: false,
-            l2_handover: Duration::from_secs(10),
-            l2_preference_hold_down: Duration::ZERO,
-        });
-        let mut cluster = Cluster::new(Scope {
-            this_node: "node-a".into(),
-            class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
-            ignore_unclassed: false,
-        });
-        cluster.node(Update::Apply(fixtures::node("node-a", &[])));
-        cluster.node(Update::Apply(fixtures::node("node-b", &[])));
-        cluster.pool(Update::Apply(fixtures::pool("lan", &["10.99.0.100/30"])));
-        cluster.l2_advertisement(Update::Apply(fixtures::l2_advertisement("all", &[], None)));
-        cluster.service(Update::Apply(fixtures::service(
-            "default",
-            "web",
-            &[WEB],
-            false,
-        )));
-        cluster.slice(Update::Apply(fixtures::slice(
-            "default",
-            "web-1",
-            "web",
-            &[("node-a", true), ("node-b", true)],
-        )));
-        (planner, cluster)
+    /// at [`WEB`] with endpoints on both; handovers last 10 s.
+    struct NodeA {
+        planner: NodePlanner,
+        cluster: Cluster,
     }
 
+    impl NodeA {
+        fn new() -> Self {
+            let planner = NodePlanner::new(Settings {
+                node: "node-a".into(),
+                namespace: "ferrolb-system".into(),
+                enable_l2: true,
+                enable_bgp: false,
+                l2_handover: Duration::from_secs(10),
+                l2_preference_hold_down: Duration::ZERO,
+            });
+            let mut cluster = Cluster::new(Scope {
+                this_node: "node-a".into(),
+                class: ferrolb_api::names::DEFAULT_LOAD_BALANCER_CLASS.into(),
+                ignore_unclassed: false,
+            });
+            cluster.node(Update::Apply(fixtures::node("node-a", &[])));
+            cluster.node(Update::Apply(fixtures::node("node-b", &[])));
+            cluster.pool(Update::Apply(fixtures::pool("lan", &["10.99.0.100/30"])));
+            cluster.l2_advertisement(Update::Apply(fixtures::l2_advertisement("all", &[], None)));
+            cluster.service(Update::Apply(fixtures::service(
+                "default",
+                "web",
+                &[WEB],
+                false,
+            )));
+            cluster.slice(Update::Apply(fixtures::slice(
+                "default",
+                "web-1",
+                "web",
+                &[("node-a", true), ("node-b", true)],
+            )));
+            Self { planner, cluster }
+        }
+
+        /// One sync at `now` with these live nodes, the host read or not, and these handed-over
+        /// addresses taken over by their new owner.
+        fn sync(
+            &mut self,
+            now: Instant,
+            live: &[&str],
+            host: Option<HostRead>,
+            taken_over: &[&str],
+        ) -> Effects {
+            let live: BTreeSet<String> = live.iter().map(|n| n.to_string()).collect();
+            let mut fx = Effects::default();
+            self.planner.sync(
+                &mut self.cluster,
+                Inputs {
+                    live: &live,
+                    unable_elsewhere: &Unable::new(),
+                    host,
+                    taken_over: taken_over.iter().map(|ip| ip.parse().unwrap()).collect(),
+                    now,
+                    wall: SystemTime::now(),
+                },
+                &mut fx,
+            );
+            fx
+        }
+
+        /// node-a alone is live and answers for [`WEB`]; then node-a is drained (the exclusion
+        /// label), node-b is live, and a sync at `drained_at` hands the address over.
+        fn answer_then_drain(&mut self, t0: Instant, drained_at: Instant) -> (Effects, Effects) {
+            let first = self.sync(t0, &["node-a"], Some(lan()), &[]);
+            self.cluster.node(Update::Apply(fixtures::node(
+                "node-a",
+                &[(ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB, "true")],
+            )));
+            (first, self.sync(drained_at, BOTH, None, &[]))
+        }
+    }
+
+    /// One interface, in the pool's subnet.
     fn lan() -> HostRead {
         HostRead {
             interfaces: vec![InterfaceInfo {
@@ -942,47 +987,20 @@ mod tests {
         }
     }
 
-    fn sync_at(
-        planner: &mut NodePlanner,
-        cluster: &mut Cluster,
-        now: Instant,
-        live: &[&str],
-        host: Option<HostRead>,
-        taken_over: &[&str],
-    ) -> Effects {
-        let live: BTreeSet<String> = live.iter().map(|n| n.to_string()).collect();
-        let mut fx = Effects::default();
-        planner.sync(
-            cluster,
-            Inputs {
-                live: &live,
-                unable_elsewhere: &Unable::new(),
-                host,
-                taken_over: taken_over.iter().map(|ip| ip.parse().unwrap()).collect(),
-                now,
-                wall: SystemTime::now(),
-            },
-            &mut fx,
-        );
-        fx
+    fn gone(ip: IpAddr) -> Vec<L2Command> {
+        vec![L2Command::ChangeOwned(BTreeMap::from([(ip, None)]))]
     }
 
     #[test]
     fn an_excluded_node_hands_its_address_over_until_the_new_owner_announces_it() {
-        let (mut planner, mut cluster) = node_a();
-        let t0 = Instant::now();
+        let mut node = NodeA::new();
         let ip: IpAddr = WEB.parse().unwrap();
-        // node-a alone is live: it answers on the interface of the address's subnet.
-        let fx = sync_at(
-            &mut planner,
-            &mut cluster,
-            t0,
-            &["node-a"],
-            Some(lan()),
-            &[],
-        );
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let (first, drained) = node.answer_then_drain(t0, t1);
+        // Alone, node-a answers on the interface of the address's subnet.
         assert_eq!(
-            fx.l2,
+            first.l2,
             vec![L2Command::ChangeOwned(BTreeMap::from([(
                 ip,
                 Some(vec!["lan0".to_string()])
@@ -992,104 +1010,49 @@ mod tests {
             namespace: "default".into(),
             name: "web".into(),
         };
-        assert_eq!(fx.touched, BTreeSet::from([web.clone()]));
-        let (announced, event) = planner.announce(&cluster, &web);
+        assert_eq!(first.touched, BTreeSet::from([web.clone()]));
+        // Drained, node-b takes the address over and node-a answers until node-b announces it.
+        assert_eq!(drained.l2, vec![L2Command::HandOver(vec![ip])]);
+        assert!(node.planner.answering().is_empty());
+        assert_eq!(
+            node.planner.handing_over().get(&ip),
+            Some(&(t1 + Duration::from_secs(10))),
+            "answered for the handover time from when the label was seen"
+        );
+        assert_eq!(node.planner.next_deadline(t1), Some(t1 + HANDOVER_POLL));
+        // node-b announced it: node-a stops answering.
+        let t2 = t1 + HANDOVER_POLL;
+        assert_eq!(node.sync(t2, BOTH, None, &[WEB]).l2, gone(ip));
+        assert!(node.planner.handing_over().is_empty());
+        assert_eq!(node.planner.next_deadline(t2), None);
+    }
+
+    #[test]
+    fn a_service_is_told_once_that_this_node_announces_it() {
+        let mut node = NodeA::new();
+        let ip: IpAddr = WEB.parse().unwrap();
+        let fx = node.sync(Instant::now(), &["node-a"], Some(lan()), &[]);
+        let web = fx.touched.first().expect("web was touched").clone();
+        let (announced, event) = node.planner.announce(&node.cluster, &web);
         assert_eq!(announced.series, vec![(ip, "layer2")]);
         assert_eq!(
             announced.l2,
             Some((vec![WEB.to_string()], vec!["lan0".to_string()]))
         );
         assert_eq!(event.map(|e| e.reason), Some("nodeAssigned"));
-        assert_eq!(planner.announce(&cluster, &web).1, None, "told once");
-        // The node is drained (exclusion label): node-b takes the address over, and node-a
-        // keeps answering until node-b announces it.
-        cluster.node(Update::Apply(fixtures::node(
-            "node-a",
-            &[(ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB, "true")],
-        )));
-        let t1 = t0 + Duration::from_secs(1);
-        let fx = sync_at(
-            &mut planner,
-            &mut cluster,
-            t1,
-            &["node-a", "node-b"],
-            None,
-            &[],
-        );
-        assert_eq!(fx.l2, vec![L2Command::HandOver(vec![ip])]);
-        assert!(planner.answering().is_empty());
-        assert_eq!(
-            planner.handing_over().get(&ip),
-            Some(&(t1 + Duration::from_secs(10))),
-            "answered for the handover time from when the label was seen"
-        );
-        assert_eq!(planner.next_deadline(t1), Some(t1 + HANDOVER_POLL));
-        // node-b announced it: node-a stops answering.
-        let t2 = t1 + HANDOVER_POLL;
-        let fx = sync_at(
-            &mut planner,
-            &mut cluster,
-            t2,
-            &["node-a", "node-b"],
-            None,
-            &[WEB],
-        );
-        assert_eq!(
-            fx.l2,
-            vec![L2Command::ChangeOwned(BTreeMap::from([(ip, None)]))]
-        );
-        assert!(planner.handing_over().is_empty());
-        assert_eq!(planner.next_deadline(t2), None);
+        assert_eq!(node.planner.announce(&node.cluster, &web).1, None);
     }
 
     #[test]
     fn a_handover_nobody_takes_ends_when_its_time_is_up() {
-        let (mut planner, mut cluster) = node_a();
-        let t0 = Instant::now();
+        let mut node = NodeA::new();
         let ip: IpAddr = WEB.parse().unwrap();
-        sync_at(
-            &mut planner,
-            &mut cluster,
-            t0,
-            &["node-a"],
-            Some(lan()),
-            &[],
-        );
-        cluster.node(Update::Apply(fixtures::node(
-            "node-a",
-            &[(ferrolb_api::names::EXCLUDE_FROM_EXTERNAL_LB, "true")],
-        )));
-        let fx = sync_at(
-            &mut planner,
-            &mut cluster,
-            t0,
-            &["node-a", "node-b"],
-            None,
-            &[],
-        );
-        assert_eq!(fx.l2, vec![L2Command::HandOver(vec![ip])]);
+        let t0 = Instant::now();
+        let (_, drained) = node.answer_then_drain(t0, t0);
+        assert_eq!(drained.l2, vec![L2Command::HandOver(vec![ip])]);
         let before = t0 + Duration::from_secs(9);
-        let fx = sync_at(
-            &mut planner,
-            &mut cluster,
-            before,
-            &["node-a", "node-b"],
-            None,
-            &[],
-        );
-        assert!(fx.l2.is_empty(), "{:?}", fx.l2);
+        assert_eq!(node.sync(before, BOTH, None, &[]).l2, vec![]);
         let after = t0 + Duration::from_secs(10);
-        let fx = sync_at(
-            &mut planner,
-            &mut cluster,
-            after,
-            &["node-a", "node-b"],
-            None,
-            &[],
-        );
-        assert_eq!(
-            fx.l2,
-            vec![L2Command::ChangeOwned(BTreeMap::from([(ip, None)]))]
-        );
+        assert_eq!(node.sync(after, BOTH, None, &[]).l2, gone(ip));
     }
 }
