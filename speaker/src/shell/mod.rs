@@ -174,9 +174,11 @@ impl Speaker {
             live,
             unable_elsewhere,
             host: host.filter(|_| self.responder.is_some()),
+            // Asked of the responder only while something is handed over.
             taken_over: self
                 .responder
                 .as_ref()
+                .filter(|_| !self.planner.handing_over().is_empty())
                 .map(Responder::taken_over)
                 .unwrap_or_default(),
             now: std::time::Instant::now(),
