@@ -22,7 +22,8 @@
 //! Services at once; after the churn every Service has an address, every layer-2 address has one
 //! owner and every BGP address is routed to the nodes; and, over the last two thirds of the run,
 //! RSS, file descriptors and tasks of the processes that lived through all of it show no growth
-//! trend (the least-squares growth over that window stays under [`Growth`]'s limits).
+//! trend (the growth of their running peak and running floor over that window,
+//! [`envelope_growth`], stays under [`Growth`]'s limits).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -147,8 +148,13 @@ pub struct Trend {
     pub samples: usize,
     /// The window's mean.
     pub mean: f64,
-    /// Least-squares slope times the window's length: what the resource grew by.
+    /// What the resource grew by, as judged: the smaller of the rise of its running peak and of
+    /// its running floor over the window ([`envelope_growth`]). A leak raises both; a fault's
+    /// dip that recovers raises neither peak, and a burst's spike that passes neither floor.
     pub growth: f64,
+    /// The least-squares slope of the raw samples times the window's length, for the record: a
+    /// dip early in the window or a spike late in it reads as growth here.
+    pub fitted: f64,
     /// The growth allowed.
     pub limit: f64,
 }
@@ -288,15 +294,17 @@ impl SoakReport {
         }
         let _ = writeln!(
             out,
-            "trends from {:.0} s to {:.0} s (least-squares growth over the window):",
+            "trends from {:.0} s to {:.0} s (growth: the smaller rise of the running peak and the \
+             running floor, least squares; fitted: least squares over the raw samples):",
             self.window.0.as_secs_f64(),
             self.window.1.as_secs_f64()
         );
         for t in &self.trends {
             let _ = writeln!(
                 out,
-                "  {:<16} {:<8} mean {:>9.1}  growth {:>+8.1}  limit {:>7.1}  ({} samples)",
-                t.process, t.resource, t.mean, t.growth, t.limit, t.samples
+                "  {:<16} {:<8} mean {:>9.1}  growth {:>+8.1}  limit {:>7.1}  fitted {:>+8.1}  \
+                 ({} samples)",
+                t.process, t.resource, t.mean, t.growth, t.limit, t.fitted, t.samples
             );
         }
         out
@@ -741,6 +749,35 @@ pub fn trend_growth(points: &[(f64, f64)]) -> f64 {
     sxy / sxx * span
 }
 
+/// The growth a leak would show, unmoved by a dip or a spike that passes: the smaller of
+/// [`trend_growth`] over the running peak (each sample's maximum with every earlier one) and
+/// over the running floor (its minimum with every later one). A leak raises both envelopes
+/// by what it leaked; a dip (a session down while its node was cut off, back a while later)
+/// leaves the peak where it was, and a spike (a burst of requests holding extra connections
+/// until they idle out) leaves the floor. `before` is the last sample before the window, which
+/// the peak starts from, so that a dip under way when the window opens is seen as one.
+pub fn envelope_growth(points: &[(f64, f64)], before: Option<f64>) -> f64 {
+    let mut peak = before.unwrap_or(f64::NEG_INFINITY);
+    let peaks: Vec<(f64, f64)> = points
+        .iter()
+        .map(|&(x, y)| {
+            peak = peak.max(y);
+            (x, peak)
+        })
+        .collect();
+    let mut floor = f64::INFINITY;
+    let mut floors: Vec<(f64, f64)> = points
+        .iter()
+        .rev()
+        .map(|&(x, y)| {
+            floor = floor.min(y);
+            (x, floor)
+        })
+        .collect();
+    floors.reverse();
+    trend_growth(&peaks).min(trend_growth(&floors))
+}
+
 /// The trends of every process whose last instance lived through the whole `window`.
 fn trends(samples: &[Sample], window: (Duration, Duration), limits: Growth) -> Vec<Trend> {
     let mut out = Vec::new();
@@ -758,6 +795,7 @@ fn trends(samples: &[Sample], window: (Duration, Duration), limits: Growth) -> V
         if mine.first().is_none_or(|s| s.at > window.0) {
             continue; // started (again) inside the window: not judged
         }
+        let before = mine.iter().rev().find(|s| s.at < window.0).copied();
         let inside: Vec<&Sample> = mine.into_iter().filter(|s| s.at >= window.0).collect();
         let series: [(&'static str, Vec<(f64, f64)>); 3] = [
             (
@@ -786,6 +824,11 @@ fn trends(samples: &[Sample], window: (Duration, Duration), limits: Growth) -> V
             if points.len() < 3 {
                 continue;
             }
+            let prior = before.and_then(|s| match resource {
+                "rss KiB" => Some(s.rss_kib as f64),
+                "fds" => Some(s.fds as f64),
+                _ => s.tasks.map(|t| t as f64),
+            });
             let mean = points.iter().map(|p| p.1).sum::<f64>() / points.len() as f64;
             let limit = match resource {
                 "rss KiB" => limits.rss_kib + limits.rss_fraction * mean,
@@ -797,7 +840,8 @@ fn trends(samples: &[Sample], window: (Duration, Duration), limits: Growth) -> V
                 resource,
                 samples: points.len(),
                 mean,
-                growth: trend_growth(&points),
+                growth: envelope_growth(&points, prior),
+                fitted: trend_growth(&points),
                 limit,
             });
         }
@@ -1018,6 +1062,28 @@ mod tests {
         assert_eq!(trend_growth(&flat), 0.0);
         let rising: Vec<(f64, f64)> = (0..10).map(|i| (i as f64 * 6.0, i as f64 * 2.0)).collect();
         assert!((trend_growth(&rising) - 18.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_dip_that_recovers_or_a_spike_that_passes_is_not_growth_but_a_staircase_is() {
+        let series = |ys: &[f64]| -> Vec<(f64, f64)> {
+            ys.iter()
+                .enumerate()
+                .map(|(i, y)| (i as f64 * 3.0, *y))
+                .collect()
+        };
+        // A session down for the first half of the window: least squares calls it growth.
+        let dip = series(&[37., 37., 37., 37., 37., 37., 40., 40., 40., 40., 40., 40.]);
+        assert!(trend_growth(&dip) > 2.0, "{}", trend_growth(&dip));
+        assert_eq!(envelope_growth(&dip, Some(40.)), 0.0);
+        let spike = series(&[40., 40., 40., 40., 40., 40., 40., 44., 44., 44., 40., 40.]);
+        assert_eq!(envelope_growth(&spike, Some(40.)), 0.0);
+        // One descriptor more after every fault, with the faults' own dips between.
+        let leak = series(&[40., 40., 39., 41., 41., 40., 42., 42., 41., 43., 43., 44.]);
+        let judged = envelope_growth(&leak, Some(40.));
+        assert!(judged > 3.0, "{judged}");
+        let rising: Vec<(f64, f64)> = (0..10).map(|i| (i as f64 * 6.0, i as f64 * 2.0)).collect();
+        assert!((envelope_growth(&rising, None) - 18.0).abs() < 1e-9);
     }
 
     #[test]
