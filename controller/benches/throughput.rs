@@ -307,6 +307,14 @@ async fn run(n: usize, kind: BackendKind) {
         live_cpu.as_secs_f64() * 1000.0 / n as f64
     );
     println!("leader peak RSS: {}", mib(peak));
+    // For `side_by_side`'s headline rows (`figure <bench> <system> name=value ...`).
+    println!(
+        "figure throughput ferrolb services={n} floor_per_s={floor_rate:.1} cold_per_s={:.1} \
+         of_floor_pct={:.1} live_per_s={:.1}",
+        per_s(cold),
+        100.0 * per_s(cold) / floor_rate,
+        per_s(live)
+    );
     println!(
         "standby RSS: {} before, {} after {CHANGES} changes to existing Services",
         mib(standby_before),

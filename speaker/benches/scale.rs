@@ -61,6 +61,14 @@ enum System {
 }
 
 impl System {
+    /// Its name in `FERROLB_BENCH_SYSTEMS`.
+    fn key(self) -> &'static str {
+        match self {
+            System::FerroLb => "ferrolb",
+            System::MetalLb => "metallb",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             System::FerroLb => "FerroLB",
@@ -519,6 +527,18 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
         pct(0.99),
         latencies.last().copied().unwrap_or_default(),
         settled_after.as_secs_f64(),
+    );
+    // For `side_by_side`'s headline rows (`figure <bench> <system> name=value ...`).
+    println!(
+        "figure scale {} services={n} others={others} nodes={nodes} rss_mib={:.1} \
+         peak_mib={:.1} wire_p50_ms={:.2} wire_p99_ms={:.2} wire_max_ms={:.2} answered_s={:.2}",
+        system.key(),
+        rss as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        pct(0.5),
+        pct(0.99),
+        latencies.last().copied().unwrap_or_default(),
+        answered.as_secs_f64(),
     );
 }
 

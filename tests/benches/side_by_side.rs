@@ -44,6 +44,19 @@
 //! node, built by `scripts/frrk8s`, with the lab's BFD profile, 300 ms x 3, as FerroLB has it),
 //! and FerroLB. The controller part runs MetalLB once: its controller is the same in both modes.
 //!
+//! Headline rows: a last table of the six figures FerroLB is judged on, with its targets,
+//! from this run: the IPv6 pool's settled controller CPU and the lab's idle speaker and 1,000
+//! routes from the parts above, and two benches run as children (`side_by_side/headline.rs`):
+//! the speaker at 10,000 + 50,000 Services and 1,000 Nodes (`ferrolb-speaker`'s `scale`, both
+//! systems: RSS, one change to the wire) and FerroLB's controller against the API server's
+//! status-patch floor (`ferrolb-controller`'s `throughput`, 10,000). `FERROLB_BENCH_ONLY=headline`
+//! runs only what those rows need (no assign/restart rounds, no lab faults, 1,000 routes):
+//!
+//! ```sh
+//! FERROLB_BENCH_SYSTEMS=ferrolb,metallb FERROLB_BENCH_ONLY=headline FERROLB_BENCH_REPEAT=3 \
+//!   cargo bench -p ferrolb-tests --bench side_by_side
+//! ```
+//!
 //! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part; `=routes` only the lab's route-count
 //! scenario, `=cut` only the node cut off (layer 2 and BGP withdrawal), `=kill` only the speaker
 //! SIGKILLed, `=rolling` only the rolling restart, or a list (`=cut,rolling`).
@@ -56,6 +69,8 @@
 //! above 1, FerroLB is faster or smaller). Asserts nothing but that each system assigns every
 //! Service.
 
+#[path = "side_by_side/headline.rs"]
+mod headline;
 #[path = "side_by_side/lab.rs"]
 mod lab;
 
@@ -547,12 +562,16 @@ async fn main() {
     let v6_count = env_usize("FERROLB_BENCH_V6_SERVICES", 10_000);
     let mut figures = [Figures::default(), Figures::default()];
     let only = std::env::var("FERROLB_BENCH_ONLY").unwrap_or_default();
+    // `headline`: only what the headline rows need (the IPv6 pool, the lab's 1,000 routes and
+    // idle speaker, and the two child benches); empty: every part, the children too.
+    let headline_only = only == "headline";
+    let headline = only.is_empty() || headline_only;
     let (controllers, labs) = (
-        only.is_empty() || only == "controller",
+        only.is_empty() || only == "controller" || headline_only,
         only != "controller",
     );
     let route_counts: Vec<usize> = std::env::var("FERROLB_BENCH_ROUTES")
-        .unwrap_or_else(|_| "1000,10000".into())
+        .unwrap_or_else(|_| if headline_only { "1000" } else { "1000,10000" }.into())
         .split(',')
         .filter_map(|n| n.trim().parse().ok())
         .collect();
@@ -568,7 +587,9 @@ async fn main() {
             "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
             system.name()
         );
-        assign_and_restart(system, repeat, &mut figures[i]).await;
+        if !headline_only {
+            assign_and_restart(system, repeat, &mut figures[i]).await;
+        }
         eprintln!("{}: {v6_count} Services from an IPv6 /64", system.name());
         v6_pool(system, v6_count, &mut figures[i]).await;
     }
@@ -599,7 +620,7 @@ async fn main() {
                 );
                 continue;
             }
-            let parts = lab::Parts::from_only(&only);
+            let parts = lab_parts(&only);
             eprintln!(
                 "{}: the lab ({})",
                 system.name(),
@@ -612,6 +633,33 @@ async fn main() {
                 .join()
                 .expect("the lab scenarios ran");
             lab_figures[i] = Some(figures);
+        }
+    }
+    let mut read = headline::Read::default();
+    if headline {
+        let keys: Vec<&str> = [System::MetalLb, System::FerroLb]
+            .into_iter()
+            .filter(|s| chosen(*s))
+            .map(System::key)
+            .collect();
+        eprintln!("the speaker at scale (10,000 + 50,000 Services, 1,000 Nodes): {keys:?}");
+        headline::run_child(
+            "ferrolb-speaker",
+            "scale",
+            &[
+                ("FERROLB_BENCH_SERVICES", "10000".into()),
+                ("FERROLB_BENCH_SYSTEMS", keys.join(",")),
+            ],
+            &mut read,
+        );
+        if chosen(System::FerroLb) {
+            eprintln!("FerroLB's controller against the API server's floor, 10,000 Services");
+            headline::run_child(
+                "ferrolb-controller",
+                "throughput",
+                &[("FERROLB_BENCH_SERVICES", "10000".into())],
+                &mut read,
+            );
         }
     }
     println!();
@@ -628,8 +676,50 @@ async fn main() {
         controller_rows(&figures, controllers_ran, repeat, v6_count);
     }
     if lab_figures.iter().any(Option::is_some) {
-        let parts = lab::Parts::from_only(&only);
-        lab_rows(&lab_figures, repeat, parts);
+        lab_rows(&lab_figures, repeat, lab_parts(&only));
+    }
+    if headline {
+        let column = |i: usize, s: System| {
+            let ran = chosen(s);
+            let fig = &figures[i];
+            let labf = lab_figures[if s == System::MetalLb { 0 } else { 2 }].as_ref();
+            headline::Column {
+                controller_settled_cpu: (ran && controllers).then_some(fig.v6_settled_cpu),
+                speaker_idle: labf
+                    .filter(|l| l.speaker_services > 0)
+                    .map(|l| (l.speaker_idle_cpu, l.speaker_services)),
+                wire: read.get("scale", s.key(), "wire_p50_ms").zip(read.get(
+                    "scale",
+                    s.key(),
+                    "wire_p99_ms",
+                )),
+                of_floor: read.get("throughput", s.key(), "of_floor_pct"),
+                scale_rss: read.get("scale", s.key(), "rss_mib"),
+                routes_1000: labf
+                    .and_then(|l| l.routes.iter().find(|(c, _)| *c == 1000))
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_default(),
+            }
+        };
+        headline::print(
+            &System::MetalLb.name(),
+            &column(0, System::MetalLb),
+            &column(1, System::FerroLb),
+        );
+    }
+}
+
+/// The lab scenarios `FERROLB_BENCH_ONLY` asks for; `headline` needs the route count only.
+fn lab_parts(only: &str) -> lab::Parts {
+    if only == "headline" {
+        lab::Parts {
+            kill: false,
+            cut: false,
+            rolling: false,
+            routes: true,
+        }
+    } else {
+        lab::Parts::from_only(only)
     }
 }
 
