@@ -583,11 +583,11 @@ async fn main() {
         .enumerate()
         .filter(|(i, _)| controllers && controllers_ran[*i])
     {
-        eprintln!(
-            "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
-            system.name()
-        );
         if !headline_only {
+            eprintln!(
+                "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
+                system.name()
+            );
             assign_and_restart(system, repeat, &mut figures[i]).await;
         }
         eprintln!("{}: {v6_count} Services from an IPv6 /64", system.name());
@@ -673,7 +673,7 @@ async fn main() {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     if controllers {
-        controller_rows(&figures, controllers_ran, repeat, v6_count);
+        controller_rows(&figures, controllers_ran, repeat, v6_count, !headline_only);
     }
     if lab_figures.iter().any(Option::is_some) {
         lab_rows(&lab_figures, repeat, lab_parts(&only));
@@ -723,7 +723,14 @@ fn lab_parts(only: &str) -> lab::Parts {
     }
 }
 
-fn controller_rows(figures: &[Figures; 2], ran: [bool; 2], repeat: usize, v6_count: usize) {
+/// `assigned`: the assign and restart rounds ran (not under `FERROLB_BENCH_ONLY=headline`).
+fn controller_rows(
+    figures: &[Figures; 2],
+    ran: [bool; 2],
+    repeat: usize,
+    v6_count: usize,
+    assigned: bool,
+) {
     let [m, f] = figures;
     // A system left out (`FERROLB_BENCH_SYSTEMS`) shows `-`, not its empty figures.
     let row = |what: &str, cells: [String; 3], ratios: [Option<f64>; 2]| {
@@ -745,6 +752,17 @@ fn controller_rows(figures: &[Figures; 2], ran: [bool; 2], repeat: usize, v6_cou
     let timed = |what: &str, a: Duration, b: Duration| {
         row(what, [secs(a), same(), secs(b)], [ratio(a, b), None]);
     };
+    if assigned {
+        assign_rows(&row, &timed, m, f, repeat);
+    }
+    v6_rows(&row, &timed, m, f, v6_count);
+}
+
+type Row<'a> = dyn Fn(&str, [String; 3], [Option<f64>; 2]) + 'a;
+type Timed<'a> = dyn Fn(&str, Duration, Duration) + 'a;
+
+fn assign_rows(row: &Row, timed: &Timed, m: &Figures, f: &Figures, repeat: usize) {
+    let same = || "(as native)".to_string();
     timed(
         &format!("assign 1,000 Services, median of {repeat}"),
         median(&m.assign_1000),
@@ -769,6 +787,10 @@ fn controller_rows(figures: &[Figures; 2], ran: [bool; 2], repeat: usize, v6_cou
         median(&m.restart_catch_up),
         median(&f.restart_catch_up),
     );
+}
+
+fn v6_rows(row: &Row, timed: &Timed, m: &Figures, f: &Figures, v6_count: usize) {
+    let same = || "(as native)".to_string();
     timed(
         &format!("IPv6 /64: assign {v6_count} Services"),
         m.v6_assign,
