@@ -414,6 +414,9 @@ impl Cluster {
                 self.remove_unclaimed(id);
                 let rec = self.slice_rec(&slice, service);
                 if let Some(old) = self.slices.upsert(id, rec.clone()) {
+                    // A new slice without endpoints (kube-controller-manager's own, for a
+                    // Service whose endpoints another slice carries) changes none of them.
+                    let adds_nothing = old.is_none() && rec.endpoints.is_empty();
                     if let Some(old) = old {
                         self.unindex_slice(id, &old);
                     }
@@ -421,7 +424,9 @@ impl Cluster {
                     if !ids.contains(&id) {
                         ids.push(id);
                     }
-                    self.service_endpoints_changed(rec.service);
+                    if !adds_nothing {
+                        self.service_endpoints_changed(rec.service);
+                    }
                 }
             }
             Update::Delete(slice) => {

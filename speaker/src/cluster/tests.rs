@@ -58,6 +58,33 @@ fn an_endpointslice_change_marks_only_its_service() {
 }
 
 #[test]
+fn a_new_endpointslice_without_endpoints_marks_no_service_but_emptying_one_does() {
+    let mut c = cluster();
+    c.service(Update::Apply(service(
+        "default",
+        "web",
+        &["10.0.0.1"],
+        false,
+    )));
+    c.slice(Update::Apply(slice(
+        "default",
+        "web-lab",
+        "web",
+        &[("node-a", true)],
+    )));
+    c.take_changes();
+    // kube-controller-manager's own slice for the Service's selector, which selects no Pod.
+    c.slice(Update::Apply(slice("default", "web-x7k2p", "web", &[])));
+    assert!(c.take_changes().is_empty());
+    let web = ServiceKey::new("default", "web");
+    assert_eq!(c.service_info(&web).unwrap().endpoints.len(), 1);
+    // A slice that loses its endpoints is a change.
+    c.slice(Update::Apply(slice("default", "web-lab", "web", &[])));
+    assert_eq!(c.take_changes().services, BTreeSet::from([web.clone()]));
+    assert!(c.service_info(&web).unwrap().endpoints.is_empty());
+}
+
+#[test]
 fn a_slice_seen_before_its_service_is_listed_again_when_the_service_arrives() {
     let mut c = cluster();
     let early = slice("default", "web-1", "web", &[("node-b", true)]);

@@ -559,6 +559,18 @@ impl BgpTracker {
             if old_to != new_to {
                 out.services.insert(key.clone());
             }
+            // A change that leaves the Service's routes as they were (an EndpointSlice written
+            // again, a label no advertisement selects on) changes no peer's paths: their
+            // advertisements are not merged again.
+            if new
+                .as_ref()
+                .map_or(old_routes.is_empty(), |n| n.routes == old_routes)
+            {
+                if let Some(new) = new {
+                    self.per_service.insert(key, new);
+                }
+                continue;
+            }
             for r in &old_routes {
                 let path = (r.prefix, r.next_hop);
                 if let Some(by_path) = self.routes.get_mut(&r.peer)
@@ -585,9 +597,7 @@ impl BgpTracker {
                         .or_insert_with(|| r.attrs.clone());
                     out.peers.insert(r.peer.clone());
                 }
-                if old_routes != new.routes {
-                    out.services.insert(key.clone());
-                }
+                out.services.insert(key.clone());
                 self.per_service.insert(key, new);
             }
         }

@@ -375,7 +375,7 @@ fn a_hold_down_that_ends_gives_the_preferred_node_its_addresses_back() {
 }
 
 #[test]
-fn a_change_to_one_service_decides_only_its_addresses() {
+fn a_change_to_one_service_decides_only_its_addresses_and_touches_no_peer_whose_paths_stay() {
     let mut w = World::new("node-a");
     for i in 0..10 {
         let ip = format!("10.0.0.{i}");
@@ -402,6 +402,8 @@ fn a_change_to_one_service_decides_only_its_addresses() {
     let (l2, bgp) = w.step();
     assert_eq!(l2.decided, 1);
     assert!(bgp.services.is_empty(), "the same routes: {bgp:?}");
+    // No peer's paths changed either: nobody merges its advertisements again.
+    assert!(bgp.peers.is_empty(), "the same paths: {bgp:?}");
     w.check("after one slice change");
 }
 
