@@ -6,7 +6,7 @@
 //!  main ─┬─ one watch task per kind (LoadBalancer Services, EndpointSlices, Nodes, speaker Pods,
 //!        │   ferrolb.io kinds, Secrets) ─► Cluster (stripped, indexed) ─► changed ─┐
 //!        ├─ refetch task: the slices of a Service that became ours, listed ───────┤
-//!        ├─ gossip (UDP, HMAC) ─► live set, unable addresses, leaving members ─────┤
+//!        ├─ gossip thread (UDP, HMAC) ─► live set, unable addresses, leavers ─────┤
 //!        ├─ status task (StatusQueue) and Event task (EventQueue): API writes      │
 //!        ├─ BGPSessionState task (latest session states, at most once a second)    │
 //!        ├─ ConfigurationState task (this node's checks, when they change)         │

@@ -14,7 +14,8 @@
 //!   Pure.
 //! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
 //! - [`view_lease`]: the tokio shell of [`partition`]: watches and writes the view Lease.
-//! - [`udp`]: the tokio shell: one UDP socket, timers, watches of live nodes and their states.
+//! - [`udp`]: the tokio shell, on a thread of its own: one UDP socket, timers, watches of live
+//!   nodes and their states.
 //!
 //! Seeds come from the speaker Pods (`status.podIP`, `spec.nodeName`). When gossip cannot run
 //! at all (no key, the port cannot be bound), the caller falls back to the Kubernetes view

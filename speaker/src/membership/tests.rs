@@ -876,7 +876,7 @@ fn free_local_addr() -> SocketAddr {
 }
 
 #[tokio::test]
-async fn two_shells_on_localhost_see_each_other_and_each_others_state() {
+async fn two_shells_on_localhost_see_each_other_and_each_others_state_and_a_restart_rebinds() {
     use super::udp::Gossip;
     let (a_addr, b_addr) = (free_local_addr(), free_local_addr());
     let start = |node: &str, addr| {
@@ -915,5 +915,13 @@ async fn two_shells_on_localhost_see_each_other_and_each_others_state() {
     tokio::time::timeout(Duration::from_secs(10), states.wait_for(|s| s.is_empty()))
         .await
         .expect("the state of a is gone with it")
+        .unwrap();
+    // Its thread closed the socket when the drop returned: a restarted member binds it again
+    // and rejoins.
+    let a = start("a", a_addr).await.expect("the port is free again");
+    a.set_seeds(vec![("b".into(), b_addr)]);
+    tokio::time::timeout(Duration::from_secs(10), live.wait_for(|l| l.contains("a")))
+        .await
+        .expect("b sees a again")
         .unwrap();
 }

@@ -1,4 +1,13 @@
-//! The gossip shell: one tokio task that owns a UDP socket and the membership core.
+//! The gossip shell: one tokio task that owns a UDP socket and the membership core, on a thread
+//! of its own with a single-threaded runtime.
+//!
+//! Its own thread because gossip's timers are many and short (a probe every 80 ms, its
+//! indirect-probe deadline 30 ms later, gossip rounds): on the speaker's shared runtime each new
+//! earliest deadline set by a task on one worker had to wake the other worker parked in the
+//! I/O driver (an `eventfd` write and a context switch, about 100 a second with nothing
+//! changing: `scripts/wakeups`). Alone, the thread parks in its own driver until its own next
+//! deadline or datagram. It also keeps probes and acks on time while a long sync pass (the
+//! first list of thousands of Services) holds a worker of the shared runtime.
 //!
 //! ```text
 //!  socket.recv_from ─────┐                       ┌─► socket.send_to
@@ -29,8 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{oneshot, watch};
 
 use crate::watch::send_if_changed;
 
@@ -52,9 +60,13 @@ pub enum MembershipError {
         #[source]
         source: std::io::Error,
     },
+    /// The gossip thread or its runtime could not be started.
+    #[error("cannot start the gossip thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
-/// A running gossip member. Dropping it stops the task (peers then declare this node down).
+/// A running gossip member. Dropping it stops the task and its thread (peers then declare this
+/// node down).
 pub struct Gossip {
     live: watch::Receiver<BTreeSet<String>>,
     states: watch::Receiver<States>,
@@ -63,7 +75,9 @@ pub struct Gossip {
     seeds: watch::Sender<Vec<(String, SocketAddr)>>,
     local_state: watch::Sender<Vec<u8>>,
     keys: watch::Sender<KeyRing>,
-    task: JoinHandle<()>,
+    /// Dropped (with the `Gossip`) to stop the thread's task.
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Gossip {
@@ -77,9 +91,19 @@ impl Gossip {
         config: MembershipConfig,
     ) -> Result<Gossip, MembershipError> {
         let keys: KeyRing = keys.into();
-        let socket = UdpSocket::bind(bind)
-            .await
+        let socket = std::net::UdpSocket::bind(bind)
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
             .map_err(|source| MembershipError::Bind { addr: bind, source })?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(MembershipError::Thread)?;
+        let socket = {
+            let _in = runtime.enter();
+            UdpSocket::from_std(socket)
+                .map_err(|source| MembershipError::Bind { addr: bind, source })?
+        };
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
@@ -97,7 +121,7 @@ impl Gossip {
         let (seeds, seeds_rx) = watch::channel(Vec::new());
         let (local_state, local_state_rx) = watch::channel(Vec::new());
         let (keys, keys_rx) = watch::channel(keys);
-        let task = tokio::spawn(run(
+        let task = run(
             core,
             socket,
             Inputs {
@@ -111,7 +135,19 @@ impl Gossip {
                 counters: counters_tx,
                 rejoined: rejoined_tx,
             },
-        ));
+        );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("gossip".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = task => {}
+                        _ = stopped => {}
+                    }
+                });
+            })
+            .map_err(MembershipError::Thread)?;
         Ok(Gossip {
             live,
             states,
@@ -120,7 +156,8 @@ impl Gossip {
             seeds,
             local_state,
             keys,
-            task,
+            stop: Some(stop),
+            thread: Some(thread),
         })
     }
 
@@ -174,8 +211,16 @@ impl Gossip {
 }
 
 impl Drop for Gossip {
+    /// Stops the task and waits for its thread, so that the socket is closed when this returns
+    /// (a member started again binds the same port). The task stops at its next await: at
+    /// once, or after the datagram it is sending.
     fn drop(&mut self) {
-        self.task.abort();
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the gossip thread panicked");
+        }
     }
 }
 
