@@ -797,44 +797,29 @@ fn trends(samples: &[Sample], window: (Duration, Duration), limits: Growth) -> V
         }
         let before = mine.iter().rev().find(|s| s.at < window.0).copied();
         let inside: Vec<&Sample> = mine.into_iter().filter(|s| s.at >= window.0).collect();
-        let series: [(&'static str, Vec<(f64, f64)>); 3] = [
+        // Each resource: its name, how a sample reads it, and its limit for a window's mean.
+        type Read = fn(&Sample) -> Option<f64>;
+        type Limit = fn(&Growth, f64) -> f64;
+        let resources: [(&'static str, Read, Limit); 3] = [
             (
                 "rss KiB",
-                inside
-                    .iter()
-                    .map(|s| (s.at.as_secs_f64(), s.rss_kib as f64))
-                    .collect(),
+                |s| Some(s.rss_kib as f64),
+                |g, mean| g.rss_kib + g.rss_fraction * mean,
             ),
-            (
-                "fds",
-                inside
-                    .iter()
-                    .map(|s| (s.at.as_secs_f64(), s.fds as f64))
-                    .collect(),
-            ),
-            (
-                "tasks",
-                inside
-                    .iter()
-                    .filter_map(|s| Some((s.at.as_secs_f64(), s.tasks? as f64)))
-                    .collect(),
-            ),
+            ("fds", |s| Some(s.fds as f64), |g, _| g.fds),
+            ("tasks", |s| s.tasks.map(|t| t as f64), |g, _| g.tasks),
         ];
-        for (resource, points) in series {
+        for (resource, read, limit) in resources {
+            let points: Vec<(f64, f64)> = inside
+                .iter()
+                .filter_map(|s| Some((s.at.as_secs_f64(), read(s)?)))
+                .collect();
             if points.len() < 3 {
                 continue;
             }
-            let prior = before.and_then(|s| match resource {
-                "rss KiB" => Some(s.rss_kib as f64),
-                "fds" => Some(s.fds as f64),
-                _ => s.tasks.map(|t| t as f64),
-            });
+            let prior = before.and_then(read);
             let mean = points.iter().map(|p| p.1).sum::<f64>() / points.len() as f64;
-            let limit = match resource {
-                "rss KiB" => limits.rss_kib + limits.rss_fraction * mean,
-                "fds" => limits.fds,
-                _ => limits.tasks,
-            };
+            let limit = limit(&limits, mean);
             out.push(Trend {
                 process: name.to_owned(),
                 resource,
