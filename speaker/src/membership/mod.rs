@@ -14,8 +14,8 @@
 //!   Pure.
 //! - [`seeds`]: gossip seeds and the fallback live view from speaker Pods and Nodes. Pure.
 //! - [`view_lease`]: the tokio shell of [`partition`]: watches and writes the view Lease.
-//! - [`udp`]: the tokio shell, on a thread of its own: one UDP socket, timers, watches of live
-//!   nodes and their states.
+//! - [`udp`]: the shell, on a thread of its own: one UDP socket, timers, watches of live
+//!   nodes and their states; it blocks in one poll(2) (`wait`).
 //!
 //! Seeds come from the speaker Pods (`status.podIP`, `spec.nodeName`). When gossip cannot run
 //! at all (no key, the port cannot be bound), the caller falls back to the Kubernetes view
@@ -29,6 +29,7 @@ pub mod sim;
 pub mod states;
 pub mod udp;
 pub mod view_lease;
+mod wait;
 
 pub use auth::{AuthFailure, GossipKey, KeyRing};
 pub use core::{

@@ -1,12 +1,13 @@
-//! The gossip shell: one tokio task that owns a UDP socket and the membership core, on a thread
-//! of its own with a single-threaded runtime.
+//! The gossip shell: one UDP socket and the membership core, on a thread of its own that
+//! blocks in one poll(2) ([`super::wait`]) until a datagram, a nudge from another thread or the
+//! next timer.
 //!
 //! Its own thread because gossip's timers are many and short (a probe every 80 ms, its
 //! indirect-probe deadline 30 ms later, gossip rounds): on the speaker's shared runtime each new
 //! earliest deadline set by a task on one worker had to wake the other worker parked in the
 //! I/O driver (an `eventfd` write and a context switch, about 100 a second with nothing
-//! changing: `scripts/wakeups`). Alone, the thread parks in its own driver until its own next
-//! deadline or datagram. It also keeps probes and acks on time while a long sync pass (the
+//! changing: `scripts/wakeups`). Not a runtime of its own either: see [`super::wait`] for what
+//! each wake-up cost on one. It also keeps probes and acks on time while a long sync pass (the
 //! first list of thousands of Services) holds a worker of the shared runtime.
 //!
 //! ```text
@@ -14,18 +15,17 @@
 //!  due timers ───────────┤                       ├─► timer heap ─► due timers
 //!  watch: seeds ─────────┼─► Membership (core) ──┼─► watch: live nodes
 //!  watch: local state ───┤                       ├─► watch: states of live members
-//!  watch: keys ──────────┘
-//!                                                └─► watch: counters
+//!  watch: keys ──────────┘                       └─► watch: counters
 //! ```
 //!
-//! Seeds, the local state and the keys are watches, not queues: the task reads the latest
-//! value, and a value equal to the current one does not even wake it. The core is given the
-//! wall clock before every input.
+//! Seeds, the local state and the keys are watches, not queues: a change nudges the thread,
+//! which reads the latest value; a value equal to the current one does not even wake it. The
+//! core is given the wall clock before every input.
 //!
-//! The core's timers wait in one heap inside the task, which sleeps until the earliest: no task
-//! per timer. (A task per timer counted every member declared down for a day: foca keeps a
-//! down member 24 h by default, and the soak saw the speaker's task count grow by one at every
-//! kill or cut-off of another node. The core now forgets a down member after
+//! The core's timers wait in one heap on the thread, which sleeps until the earliest: no task
+//! or kernel timer per timer. (A task per timer counted every member declared down for a day:
+//! foca keeps a down member 24 h by default, and the soak saw the speaker's task count grow by
+//! one at every kill or cut-off of another node. The core now forgets a down member after
 //! [`MembershipConfig::remove_down_after`].)
 
 use super::auth::KeyRing;
@@ -33,12 +33,15 @@ use super::core::{
     Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError, Timer,
 };
 use super::states::MAX_STATE_LEN;
+use super::wait::{Nudge, wait};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::net::UdpSocket;
-use tokio::sync::{oneshot, watch};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
 
 use crate::watch::send_if_changed;
 
@@ -75,9 +78,15 @@ pub struct Gossip {
     seeds: watch::Sender<Vec<(String, SocketAddr)>>,
     local_state: watch::Sender<Vec<u8>>,
     keys: watch::Sender<KeyRing>,
-    /// Dropped (with the `Gossip`) to stop the thread's task.
-    stop: Option<oneshot::Sender<()>>,
+    /// Wakes the thread: an input changed, or it must stop.
+    wake: Arc<Wake>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How other threads wake the gossip thread, and ask it to stop.
+struct Wake {
+    nudge: Nudge,
+    stop: AtomicBool,
 }
 
 impl Gossip {
@@ -91,19 +100,13 @@ impl Gossip {
         config: MembershipConfig,
     ) -> Result<Gossip, MembershipError> {
         let keys: KeyRing = keys.into();
-        let socket = std::net::UdpSocket::bind(bind)
+        let socket = UdpSocket::bind(bind)
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
             .map_err(|source| MembershipError::Bind { addr: bind, source })?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(MembershipError::Thread)?;
-        let socket = {
-            let _in = runtime.enter();
-            UdpSocket::from_std(socket)
-                .map_err(|source| MembershipError::Bind { addr: bind, source })?
-        };
+        let wake = Arc::new(Wake {
+            nudge: Nudge::new().map_err(MembershipError::Thread)?,
+            stop: AtomicBool::new(false),
+        });
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
@@ -121,32 +124,27 @@ impl Gossip {
         let (seeds, seeds_rx) = watch::channel(Vec::new());
         let (local_state, local_state_rx) = watch::channel(Vec::new());
         let (keys, keys_rx) = watch::channel(keys);
-        let task = run(
+        let shell = Shell {
             core,
             socket,
-            Inputs {
-                seeds: seeds_rx,
-                local_state: local_state_rx,
-                keys: keys_rx,
-            },
-            Watches {
+            timers: BinaryHeap::new(),
+            seq: 0,
+            watches: Watches {
                 live: live_tx,
                 states: states_tx,
                 counters: counters_tx,
                 rejoined: rejoined_tx,
             },
-        );
-        let (stop, stopped) = oneshot::channel::<()>();
+        };
+        let inputs = Inputs {
+            seeds: seeds_rx,
+            local_state: local_state_rx,
+            keys: keys_rx,
+        };
+        let thread_wake = Arc::clone(&wake);
         let thread = std::thread::Builder::new()
             .name("gossip".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    tokio::select! {
-                        () = task => {}
-                        _ = stopped => {}
-                    }
-                });
-            })
+            .spawn(move || shell.run(inputs, &thread_wake))
             .map_err(MembershipError::Thread)?;
         Ok(Gossip {
             live,
@@ -156,7 +154,7 @@ impl Gossip {
             seeds,
             local_state,
             keys,
-            stop: Some(stop),
+            wake,
             thread: Some(thread),
         })
     }
@@ -170,7 +168,9 @@ impl Gossip {
     /// often as convenient. The core announces to a few seeds that are not live members, at
     /// most once per join period ([`Membership::join`]); the same seeds again cost nothing.
     pub fn set_seeds(&self, peers: Vec<(String, SocketAddr)>) {
-        send_if_changed(&self.seeds, peers);
+        if send_if_changed(&self.seeds, peers) {
+            self.wake.nudge.nudge();
+        }
     }
 
     /// Publishes this member's state (opaque, at most [`MAX_STATE_LEN`] bytes) to every
@@ -182,14 +182,18 @@ impl Gossip {
                 max: MAX_STATE_LEN,
             });
         }
-        send_if_changed(&self.local_state, state);
+        if send_if_changed(&self.local_state, state) {
+            self.wake.nudge.nudge();
+        }
         Ok(())
     }
 
     /// Replaces the keys (a rotation: send with the new one, accept it and the previous one);
     /// the same keys again cost nothing.
     pub fn set_keys(&self, keys: KeyRing) {
-        send_if_changed(&self.keys, keys);
+        if send_if_changed(&self.keys, keys) {
+            self.wake.nudge.nudge();
+        }
     }
 
     /// A watch of the states of live members by node (this one's included), sent only when
@@ -211,11 +215,12 @@ impl Gossip {
 }
 
 impl Drop for Gossip {
-    /// Stops the task and waits for its thread, so that the socket is closed when this returns
-    /// (a member started again binds the same port). The task stops at its next await: at
-    /// once, or after the datagram it is sending.
+    /// Stops the thread and waits for it, so that the socket is closed when this returns (a
+    /// member started again binds the same port). The thread stops when its wait returns: at
+    /// once, or after the input it is handling.
     fn drop(&mut self) {
-        drop(self.stop.take());
+        self.wake.stop.store(true, Ordering::Release);
+        self.wake.nudge.nudge();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
@@ -246,7 +251,7 @@ struct Watches {
 
 /// A timer of the core and when it is due; ordered by due time, then by when it was set.
 struct Due {
-    at: tokio::time::Instant,
+    at: Instant,
     seq: u64,
     timer: Timer,
 }
@@ -271,82 +276,122 @@ impl Ord for Due {
     }
 }
 
-async fn run(mut core: Membership, socket: UdpSocket, mut inputs: Inputs, watches: Watches) {
-    let mut timers: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    loop {
-        let next_due = timers.peek().map(|Reverse(d)| d.at);
-        let out = tokio::select! {
-            r = socket.recv_from(&mut buf) => match r {
-                Ok((n, from)) => {
-                    core.set_time(wall_ms());
-                    core.handle_datagram_from(from, &buf[..n])
-                }
+/// The gossip thread: the core, its socket and its timers.
+struct Shell {
+    core: Membership,
+    socket: UdpSocket,
+    timers: BinaryHeap<Reverse<Due>>,
+    /// Orders timers set for the same instant.
+    seq: u64,
+    watches: Watches,
+}
+
+impl Shell {
+    /// Runs until `wake.stop`: waits, then reads what woke it (the inputs, one datagram, the
+    /// due timers) and hands it to the core.
+    fn run(mut self, mut inputs: Inputs, wake: &Wake) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        loop {
+            let timeout = self
+                .timers
+                .peek()
+                .map(|Reverse(d)| d.at.saturating_duration_since(Instant::now()));
+            let ready = match wait(&self.socket, &wake.nudge, timeout) {
+                Ok(ready) => ready,
                 Err(e) => {
-                    tracing::debug!(error = %e, "gossip receive failed");
+                    // poll(2) fails only on a bad descriptor or no memory; do not spin.
+                    tracing::error!(error = %e, "gossip cannot wait for its socket");
+                    std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
-            },
-            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)),
-                if next_due.is_some() =>
-            {
-                let Some(Reverse(due)) = timers.pop() else { continue };
-                core.set_time(wall_ms());
-                core.handle_timer(due.timer)
+            };
+            if ready.nudged {
+                if wake.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                self.inputs(&mut inputs);
             }
-            Ok(()) = inputs.seeds.changed() => {
-                let peers = inputs.seeds.borrow_and_update().clone();
-                core.set_time(wall_ms());
-                core.join(&peers)
-            }
-            Ok(()) = inputs.keys.changed() => {
-                let keys = inputs.keys.borrow_and_update().clone();
-                tracing::info!("gossip keys changed: the new one is used to send in 10 s");
-                core.set_time(wall_ms());
-                core.set_keys(keys);
-                continue;
-            }
-            Ok(()) = inputs.local_state.changed() => {
-                let state = inputs.local_state.borrow_and_update().clone();
-                core.set_time(wall_ms());
-                match core.set_local_state(state) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        // Gossip::set_local_state checks the size first; only a node name
-                        // that cannot travel gets here.
-                        tracing::warn!(error = %e, "member state not published");
-                        continue;
+            if ready.datagram {
+                match self.socket.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        self.core.set_time(wall_ms());
+                        let out = self.core.handle_datagram_from(from, &buf[..n]);
+                        self.apply(out);
                     }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => tracing::debug!(error = %e, "gossip receive failed"),
                 }
             }
-        };
+            let now = Instant::now();
+            while self.timers.peek().is_some_and(|Reverse(d)| d.at <= now) {
+                let Some(Reverse(due)) = self.timers.pop() else {
+                    break;
+                };
+                self.core.set_time(wall_ms());
+                let out = self.core.handle_timer(due.timer);
+                self.apply(out);
+            }
+            if self.watches.counters.borrow().ne(self.core.counters()) {
+                self.watches
+                    .counters
+                    .send_replace(self.core.counters().clone());
+            }
+            send_if_changed(&self.watches.rejoined, self.core.counters().rejoined);
+        }
+    }
+
+    /// Hands the inputs that changed to the core.
+    fn inputs(&mut self, inputs: &mut Inputs) {
+        if inputs.keys.has_changed().unwrap_or(false) {
+            let keys = inputs.keys.borrow_and_update().clone();
+            tracing::info!("gossip keys changed: the new one is used to send in 10 s");
+            self.core.set_time(wall_ms());
+            self.core.set_keys(keys);
+        }
+        if inputs.seeds.has_changed().unwrap_or(false) {
+            let peers = inputs.seeds.borrow_and_update().clone();
+            self.core.set_time(wall_ms());
+            let out = self.core.join(&peers);
+            self.apply(out);
+        }
+        if inputs.local_state.has_changed().unwrap_or(false) {
+            let state = inputs.local_state.borrow_and_update().clone();
+            self.core.set_time(wall_ms());
+            match self.core.set_local_state(state) {
+                Ok(out) => self.apply(out),
+                // Gossip::set_local_state checks the size first; only a node name that
+                // cannot travel gets here.
+                Err(e) => tracing::warn!(error = %e, "member state not published"),
+            }
+        }
+    }
+
+    /// Carries out the core's outputs.
+    fn apply(&mut self, out: Vec<Output>) {
         for o in out {
             match o {
                 Output::Send { to, datagram } => {
-                    if let Err(e) = socket.send_to(&datagram, to).await {
+                    // Non-blocking: a full send buffer drops the datagram, as a lossy network
+                    // would; SWIM is made for that.
+                    if let Err(e) = self.socket.send_to(&datagram, to) {
                         tracing::debug!(%to, error = %e, "gossip send failed");
                     }
                 }
                 Output::After { delay, timer } => {
-                    seq += 1;
-                    timers.push(Reverse(Due {
-                        at: tokio::time::Instant::now() + delay,
-                        seq,
+                    self.seq += 1;
+                    self.timers.push(Reverse(Due {
+                        at: Instant::now() + delay,
+                        seq: self.seq,
                         timer,
                     }));
                 }
                 Output::MembersChanged => {
-                    send_if_changed(&watches.live, core.live_nodes());
+                    send_if_changed(&self.watches.live, self.core.live_nodes());
                 }
                 Output::StatesChanged => {
-                    send_if_changed(&watches.states, core.states());
+                    send_if_changed(&self.watches.states, self.core.states());
                 }
             }
         }
-        if watches.counters.borrow().ne(core.counters()) {
-            watches.counters.send_replace(core.counters().clone());
-        }
-        send_if_changed(&watches.rejoined, core.counters().rejoined);
     }
 }
