@@ -30,7 +30,7 @@
 
 use super::auth::{self, AuthFailure, Channel, KeyRing, Keys, ReplayGuard, Sealer};
 use super::states::{MAX_NODE_LEN, MAX_STATE_LEN, SharedTable, StateHandler, StateItem};
-use foca::{Foca, Notification, PostcardCodec, Runtime};
+use foca::{Codec, Foca, Message, Notification, PostcardCodec, Runtime};
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
 use rand::{RngCore, SeedableRng};
@@ -104,8 +104,8 @@ impl Default for MembershipConfig {
     /// speaker is probed within about one period, suspected at the end of the next, and
     /// declared down `suspect_to_down_after` later. Measured in the lab (`cargo bench -p
     /// ferrolb-speaker --bench l2_failover`, which also checks that busy cores and 10 % packet
-    /// loss on the owner cause no false failover). Periodic gossip sends only pending updates,
-    /// so its period costs nothing while nothing changes.
+    /// loss on the owner cause no false failover). Periodic gossip runs only while updates are
+    /// pending, so its period costs nothing while nothing changes.
     fn default() -> Self {
         MembershipConfig {
             probe_period: Duration::from_millis(80),
@@ -221,6 +221,12 @@ pub enum Output {
         /// Delay.
         delay: Duration,
         /// The timer to hand back.
+        timer: Timer,
+    },
+    /// A timer handed out earlier is no longer needed: the shell may drop it, and save the
+    /// wake-up. Handed back anyway, it does nothing.
+    Cancel {
+        /// The timer, as it came with [`Output::After`].
         timer: Timer,
     },
     /// The set of live nodes may have changed: read [`Membership::live_nodes`].
@@ -403,6 +409,13 @@ pub struct Membership {
     local_version: u64,
     /// A state refresh is scheduled (from the first publication on).
     refresh_waiting: bool,
+    /// foca's periodic gossip timer, held back while foca has nothing to gossip (see
+    /// [`Membership::quiet_timers`]).
+    parked_gossip: Option<foca::Timer<SpeakerId>>,
+    /// The indirect-probe deadline of the probe under way, until its member acks.
+    indirect_deadline: Option<foca::Timer<SpeakerId>>,
+    /// An indirect-probe deadline handled when the ack came: ignored when it comes due.
+    indirect_handled: Option<foca::Timer<SpeakerId>>,
 }
 
 impl Membership {
@@ -444,10 +457,90 @@ impl Membership {
             local_state: Vec::new(),
             local_version: 0,
             refresh_waiting: false,
+            parked_gossip: None,
+            indirect_deadline: None,
+            indirect_handled: None,
         }
     }
 
+    /// Runs `f` on foca and collects what it asks for, with the timers that would wake the
+    /// shell for nothing held back ([`Membership::quiet_timers`]).
     fn collect(&mut self, f: impl FnOnce(&mut Swim, &mut Collect<'_>) -> bool) -> Vec<Output> {
+        let mut out = self.collect_once(f);
+        self.quiet_timers(&mut out);
+        out
+    }
+
+    /// Two of foca's timers wake an idle member for nothing, about a quarter of its wake-ups
+    /// with three members: its periodic gossip (every [`MembershipConfig::gossip_every`]) with
+    /// no update to send, and the indirect-probe deadline of a probe whose member has already
+    /// acked. So:
+    /// - a periodic gossip timer set while foca has no update or state to send is held here
+    ///   instead of going to the shell, and handed to foca as soon as something is waiting:
+    ///   a new update goes out at once, and again every period until sent often enough;
+    /// - when the probed member's ack comes, the deadline is handled at once (foca then only
+    ///   notes that the probe got that far) and [`Output::Cancel`]led; should it still come
+    ///   due, it is ignored. Which ack: any from the probed member after the ping (a late ack
+    ///   of an earlier probe of it would start the indirect probes early, not skip them).
+    fn quiet_timers(&mut self, out: &mut Vec<Output>) {
+        let idle =
+            |swim: &Swim| swim.updates_backlog() == 0 && swim.custom_broadcast_backlog() == 0;
+        let mut i = 0;
+        while i < out.len() {
+            match &out[i] {
+                Output::After {
+                    timer: Timer(TimerKind::Swim(t @ foca::Timer::PeriodicGossip(_))),
+                    ..
+                } if idle(&self.swim) => {
+                    self.parked_gossip = Some(t.clone());
+                    out.remove(i);
+                    continue;
+                }
+                Output::After {
+                    timer: Timer(TimerKind::Swim(t @ foca::Timer::SendIndirectProbe { .. })),
+                    ..
+                } => {
+                    // A new probe: the earlier deadline came due before it did.
+                    self.indirect_deadline = Some(t.clone());
+                    self.indirect_handled = None;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        if !idle(&self.swim)
+            && let Some(t) = self.parked_gossip.take()
+        {
+            let mut more = self.collect_once(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok());
+            self.quiet_timers(&mut more);
+            out.append(&mut more);
+        }
+    }
+
+    /// After foca took `payload`: if it is an ack from the member being probed, handles the
+    /// probe's indirect deadline now ([`Membership::quiet_timers`]).
+    fn ack_ends_probe(&mut self, payload: &[u8], out: &mut Vec<Output>) {
+        let Some(foca::Timer::SendIndirectProbe { probed_id, .. }) = &self.indirect_deadline else {
+            return;
+        };
+        let Ok(header) = Codec::<SpeakerId>::decode_header(&mut PostcardCodec, payload) else {
+            return;
+        };
+        if !matches!(header.message, Message::Ack(_)) || header.src != *probed_id {
+            return;
+        }
+        let Some(t) = self.indirect_deadline.take() else {
+            return;
+        };
+        self.indirect_handled = Some(t.clone());
+        out.push(Output::Cancel {
+            timer: Timer(TimerKind::Swim(t.clone())),
+        });
+        let mut more = self.collect(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok());
+        out.append(&mut more);
+    }
+
+    fn collect_once(&mut self, f: impl FnOnce(&mut Swim, &mut Collect<'_>) -> bool) -> Vec<Output> {
         let mut rt = Collect {
             keys: &self.keys,
             sealer: &mut self.sealer,
@@ -603,6 +696,8 @@ impl Membership {
         self.local_version += 1;
         self.publish();
         let mut out = vec![Output::StatesChanged];
+        // The new state waits in foca: a parked gossip timer sends it now.
+        self.quiet_timers(&mut out);
         if !self.refresh_waiting {
             self.refresh_waiting = true;
             out.push(Output::After {
@@ -692,7 +787,9 @@ impl Membership {
         match opened.map(|o| (o.channel, o.payload)) {
             Ok((Channel::Swim, p)) => {
                 let payload = p.to_vec();
-                self.collect(|swim, rt| swim.handle_data(&payload, &mut *rt).is_ok())
+                let mut out = self.collect(|swim, rt| swim.handle_data(&payload, &mut *rt).is_ok());
+                self.ack_ends_probe(&payload, &mut out);
+                out
             }
             Ok((Channel::State, p)) => match StateItem::decode(p) {
                 Ok(item) if item.node != self.swim.identity().node => {
@@ -722,7 +819,17 @@ impl Membership {
     /// Handles a timer that came due.
     pub fn handle_timer(&mut self, timer: Timer) -> Vec<Output> {
         match timer.0 {
-            TimerKind::Swim(t) => self.collect(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok()),
+            TimerKind::Swim(t) => {
+                if self.indirect_handled.as_ref() == Some(&t) {
+                    // Handled when the ack came; the shell did not drop it.
+                    self.indirect_handled = None;
+                    return Vec::new();
+                }
+                if self.indirect_deadline.as_ref() == Some(&t) {
+                    self.indirect_deadline = None;
+                }
+                self.collect(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok())
+            }
             TimerKind::Join => {
                 self.join_waiting = false;
                 self.join_round()

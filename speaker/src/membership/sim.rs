@@ -83,6 +83,10 @@ struct Slot {
     epoch: u64,
     bytes_sent: u64,
     datagrams_sent: u64,
+    /// Timers the member cancelled that have not come due yet (a handful at most).
+    cancelled: Vec<Timer>,
+    /// Timers that came due and were handed to the member: a real shell's timer wake-ups.
+    timers_fired: u64,
 }
 
 /// A cluster of cores on one simulated network.
@@ -121,6 +125,8 @@ impl Cluster {
                     epoch: 0,
                     bytes_sent: 0,
                     datagrams_sent: 0,
+                    cancelled: Vec::new(),
+                    timers_fired: 0,
                 })
                 .collect(),
             rng: StdRng::seed_from_u64(net.seed),
@@ -181,6 +187,7 @@ impl Cluster {
         let slot = &mut self.slots[i];
         slot.member = Some(m);
         slot.epoch += 1;
+        slot.cancelled.clear();
         self.apply(i, out);
     }
 
@@ -209,6 +216,7 @@ impl Cluster {
             let slot = &mut self.slots[i];
             slot.member = Some(m);
             slot.epoch += 1;
+            slot.cancelled.clear();
             self.apply(i, out);
         }
     }
@@ -229,6 +237,7 @@ impl Cluster {
         let slot = &mut self.slots[i];
         slot.member = None;
         slot.epoch += 1;
+        slot.cancelled.clear();
     }
 
     /// Member `i`, unless killed or never started.
@@ -280,6 +289,13 @@ impl Cluster {
     /// Datagrams member `i` sent, over all its incarnations.
     pub fn datagrams_sent(&self, i: usize) -> u64 {
         self.slots[i].datagrams_sent
+    }
+
+    /// Timers member `i` was handed when they came due, over all its incarnations (cancelled
+    /// ones are dropped, as a shell drops them): the wake-ups a real shell would have for
+    /// timers.
+    pub fn timers_fired(&self, i: usize) -> u64 {
+        self.slots[i].timers_fired
     }
 
     /// Datagrams the network lost so far (not counting those to stopped members).
@@ -350,6 +366,8 @@ impl Cluster {
                         },
                     );
                 }
+                // Dropped when it comes due, as the real shell drops it from its heap.
+                Output::Cancel { timer } => self.slots[from].cancelled.push(timer),
                 Output::MembersChanged => self.changes.push((from, Change::Members)),
                 Output::StatesChanged => self.changes.push((from, Change::States)),
             }
@@ -409,7 +427,12 @@ impl Cluster {
                     if slot.epoch != epoch {
                         continue;
                     }
+                    if let Some(k) = slot.cancelled.iter().position(|c| *c == timer) {
+                        slot.cancelled.swap_remove(k);
+                        continue;
+                    }
                     if let Some(m) = slot.member.as_mut() {
+                        slot.timers_fired += 1;
                         m.set_time(self.now_us / 1000);
                         let out = m.handle_timer(timer);
                         self.apply(member, out);

@@ -925,3 +925,34 @@ async fn two_shells_on_localhost_see_each_other_and_each_others_state_and_a_rest
         .expect("b sees a again")
         .unwrap();
 }
+
+#[test]
+fn an_idle_member_wakes_for_its_probes_only_and_a_new_state_still_goes_out_at_once() {
+    let mut c = cluster(3);
+    let all = [0, 1, 2];
+    assert!(until_views(&mut c, &all, &names(&all), ms(10_000)).is_some());
+    // The joins' updates are passed on often enough by then.
+    c.run_for(ms(5_000), |_, _, _, _| {});
+    let (timers, sent) = (c.timers_fired(0), c.datagrams_sent(0));
+    c.run_for(ms(10_000), |_, _, _, _| {});
+    let timers = c.timers_fired(0) - timers;
+    let sent = c.datagrams_sent(0) - sent;
+    // A probe every 80 ms (125), a join check and two announce rounds every 5 s (6): no
+    // gossip round with nothing to send (100), no deadline of a probe already acked (125).
+    assert!((120..=140).contains(&timers), "{timers} timers in 10 s");
+    // Its pings (125) and its acks to the others' pings (about 125), and the announces.
+    assert!((220..=280).contains(&sent), "{sent} datagrams in 10 s");
+    assert!(all.iter().all(|i| live(&c, *i).len() == 3));
+    // A state published now reaches the others at once, not at the next probe or round.
+    set_state(&mut c, 0, b"10.0.0.1");
+    let seen = time_until(&mut c, ms(1_000), |c| {
+        [1, 2]
+            .iter()
+            .all(|i| states(c, *i).get(&Cluster::name(0)).map(Vec::as_slice) == Some(b"10.0.0.1"))
+    });
+    assert_eq!(
+        seen,
+        Some(ms(10)),
+        "seen by both within the first 10 ms step"
+    );
+}

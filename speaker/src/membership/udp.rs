@@ -385,6 +385,10 @@ impl Shell {
                         timer,
                     }));
                 }
+                Output::Cancel { timer } => {
+                    // A handful of timers wait at a time: a pass over them is cheap.
+                    self.timers.retain(|Reverse(d)| d.timer != timer);
+                }
                 Output::MembersChanged => {
                     send_if_changed(&self.watches.live, self.core.live_nodes());
                 }
