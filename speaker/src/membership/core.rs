@@ -135,23 +135,24 @@ pub fn transmissions_for(members: usize) -> u8 {
     (4 * digits).clamp(8, 24) as u8
 }
 
-/// Probe periods of suspicion per decade of members ([`suspicion_for`]). Three keeps 150 ms
-/// up to four members with the default 80 ms probe period (3 × log10(4) × 80 ms = 145 ms), so
-/// the small clusters' failover measured by the `l2_failover` bench is unchanged.
-pub const SUSPICION_PER_DECADE: f64 = 3.0;
+/// Probe periods of suspicion per decade of members ([`suspicion_for`]). One keeps the
+/// configured 150 ms up to 74 members with the default 80 ms probe period (log10(74) × 80 ms =
+/// 149.5 ms), so the small clusters' failover measured by the `l2_failover` bench is unchanged.
+pub const SUSPICION_PER_DECADE: f64 = 1.0;
 
 /// How long a suspect may refute before it is declared down, for `members` live members: the
 /// configured `suspect_to_down_after`, or [`SUSPICION_PER_DECADE`] × log10(n) probe periods
 /// when that is longer (memberlist's rule, with the configured value as the floor), rounded up
 /// to 10 ms so that foca is reconfigured only every few members. With the default timing: 150 ms
-/// up to 4 members, 170 ms at 5, 240 ms at 10, 480 ms at 100, 720 ms at 1,000, 890 ms at 5,000.
+/// up to 74 members, 160 ms at 75 to 100, 240 ms at 1,000, 300 ms at 5,000, 320 ms at 10,000.
 ///
-/// Why it grows: only the member whose probe failed runs the timer; the suspect learns of its
-/// suspicion through gossip and its refutation travels back the same way, and an epidemic
-/// needs about log(n) rounds to reach one given member. In the simulation (`gossip_sim`, 1,000
-/// members, 5 % of datagrams lost, 600 s), 150 ms let live members be declared down 20,245 times
-/// (130 members); 720 ms, not once. It costs detection: every member knew of a death after
-/// 1.14 s (median of 5) instead of 0.55 s. At 1 % loss neither declared a live member down.
+/// Why it grows: only the member whose probe failed runs the timer at first; the suspect
+/// learns of its suspicion through gossip and its refutation travels back the same way, which
+/// takes longer the more members there are. In the simulation (`gossip_sim`, 1,000 members,
+/// 5 % of datagrams lost, 120 s) with news gossiped at once ([`Membership`]'s `after_input`),
+/// 150 ms let live members be declared down 1,354 times (34 members); 240 ms, not once. (When
+/// news waited for the gossip rounds, three probe periods per decade were needed: 720 ms at
+/// 1,000 members, and every member knew of a death after 1.14 s instead of 0.47 s now.)
 pub fn suspicion_for(members: usize, config: &MembershipConfig) -> Duration {
     let decades = (members.max(1) as f64).log10();
     let period_ms = config.probe_period.as_micros() as f64 / 1_000.0;
@@ -416,6 +417,8 @@ pub struct Membership {
     indirect_deadline: Option<foca::Timer<SpeakerId>>,
     /// An indirect-probe deadline handled when the ack came: ignored when it comes due.
     indirect_handled: Option<foca::Timer<SpeakerId>>,
+    /// When news was last gossiped at once ([`Membership::after_input`]), wall clock ms.
+    last_push_ms: Option<u64>,
 }
 
 impl Membership {
@@ -460,15 +463,48 @@ impl Membership {
             parked_gossip: None,
             indirect_deadline: None,
             indirect_handled: None,
+            last_push_ms: None,
         }
     }
 
-    /// Runs `f` on foca and collects what it asks for, with the timers that would wake the
-    /// shell for nothing held back ([`Membership::quiet_timers`]).
+    /// Runs `f` on foca and collects what it asks for; news goes out at once and the timers
+    /// that would wake the shell for nothing are held back ([`Membership::after_input`]).
     fn collect(&mut self, f: impl FnOnce(&mut Swim, &mut Collect<'_>) -> bool) -> Vec<Output> {
+        let before = self.backlog();
         let mut out = self.collect_once(f);
-        self.quiet_timers(&mut out);
+        self.after_input(before, &mut out);
         out
+    }
+
+    /// Updates and states foca has yet to pass on.
+    fn backlog(&self) -> usize {
+        self.swim.updates_backlog() + self.swim.custom_broadcast_backlog()
+    }
+
+    /// After an input that left `before` updates waiting before it: when it brought news (a
+    /// member up, suspected, down or refuting; a state), gossips it at once to
+    /// [`INDIRECT_PROBES`] random members instead of waiting for the next gossip round or
+    /// probe. Each member does the same when the news reaches it, so a death or a refutation
+    /// crosses 1,000 members in a few network hops (`gossip_sim`) rather than a few gossip
+    /// periods; the periodic rounds then pass it on until it has been sent often enough.
+    /// Then [`Membership::quiet_timers`].
+    ///
+    /// At most one such push per gossip period: when a whole cluster starts at once every
+    /// datagram brings news (a member learns of hundreds of others), and the periodic rounds
+    /// carry that as well.
+    fn after_input(&mut self, before: usize, out: &mut Vec<Output>) {
+        let period_ms = self.config.gossip_every.as_millis() as u64;
+        if self.backlog() > before
+            && self.swim.num_members() > 0
+            && self
+                .last_push_ms
+                .is_none_or(|t| self.now_ms.saturating_sub(t) >= period_ms)
+        {
+            self.last_push_ms = Some(self.now_ms);
+            let mut more = self.collect_once(|swim, rt| swim.gossip(&mut *rt).is_ok());
+            out.append(&mut more);
+        }
+        self.quiet_timers(out);
     }
 
     /// Two of foca's timers wake an idle member for nothing, about a quarter of its wake-ups
@@ -476,22 +512,20 @@ impl Membership {
     /// no update to send, and the indirect-probe deadline of a probe whose member has already
     /// acked. So:
     /// - a periodic gossip timer set while foca has no update or state to send is held here
-    ///   instead of going to the shell, and handed to foca as soon as something is waiting:
-    ///   a new update goes out at once, and again every period until sent often enough;
+    ///   instead of going to the shell, and set again (one period) as soon as something is
+    ///   waiting (which [`Membership::after_input`] has already sent once);
     /// - when the probed member's ack comes, the deadline is handled at once (foca then only
     ///   notes that the probe got that far) and [`Output::Cancel`]led; should it still come
     ///   due, it is ignored. Which ack: any from the probed member after the ping (a late ack
     ///   of an earlier probe of it would start the indirect probes early, not skip them).
     fn quiet_timers(&mut self, out: &mut Vec<Output>) {
-        let idle =
-            |swim: &Swim| swim.updates_backlog() == 0 && swim.custom_broadcast_backlog() == 0;
         let mut i = 0;
         while i < out.len() {
             match &out[i] {
                 Output::After {
                     timer: Timer(TimerKind::Swim(t @ foca::Timer::PeriodicGossip(_))),
                     ..
-                } if idle(&self.swim) => {
+                } if self.backlog() == 0 => {
                     self.parked_gossip = Some(t.clone());
                     out.remove(i);
                     continue;
@@ -508,12 +542,13 @@ impl Membership {
             }
             i += 1;
         }
-        if !idle(&self.swim)
+        if self.backlog() > 0
             && let Some(t) = self.parked_gossip.take()
         {
-            let mut more = self.collect_once(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok());
-            self.quiet_timers(&mut more);
-            out.append(&mut more);
+            out.push(Output::After {
+                delay: self.config.gossip_every,
+                timer: Timer(TimerKind::Swim(t)),
+            });
         }
     }
 
@@ -694,10 +729,10 @@ impl Membership {
         }
         self.local_state = state;
         self.local_version += 1;
+        let before = self.backlog();
         self.publish();
         let mut out = vec![Output::StatesChanged];
-        // The new state waits in foca: a parked gossip timer sends it now.
-        self.quiet_timers(&mut out);
+        self.after_input(before, &mut out);
         if !self.refresh_waiting {
             self.refresh_waiting = true;
             out.push(Output::After {
@@ -933,9 +968,9 @@ mod scaling_tests {
     }
 
     #[test]
-    fn up_to_four_members_the_configured_suspicion_is_kept() {
+    fn up_to_74_members_the_configured_suspicion_is_kept() {
         let c = MembershipConfig::default();
-        for n in 0..=4 {
+        for n in 0..=74 {
             assert_eq!(suspicion_for(n, &c), ms(150), "{n} members");
         }
     }
@@ -943,12 +978,12 @@ mod scaling_tests {
     #[test]
     fn the_suspicion_grows_with_log10_of_the_member_count_in_10_ms_steps() {
         let c = MembershipConfig::default();
-        assert_eq!(suspicion_for(5, &c), ms(170));
-        assert_eq!(suspicion_for(10, &c), ms(240));
-        assert_eq!(suspicion_for(100, &c), ms(480));
-        assert_eq!(suspicion_for(1_000, &c), ms(720));
-        assert_eq!(suspicion_for(5_000, &c), ms(890));
-        assert_eq!(suspicion_for(10_000, &c), ms(960));
+        assert_eq!(suspicion_for(74, &c), ms(150));
+        assert_eq!(suspicion_for(75, &c), ms(160));
+        assert_eq!(suspicion_for(100, &c), ms(160));
+        assert_eq!(suspicion_for(1_000, &c), ms(240));
+        assert_eq!(suspicion_for(5_000, &c), ms(300));
+        assert_eq!(suspicion_for(10_000, &c), ms(320));
         let mut last = Duration::ZERO;
         for n in 1..=20_000 {
             let s = suspicion_for(n, &c);
@@ -976,8 +1011,8 @@ mod scaling_tests {
             suspect_to_down_after: ms(250),
             ..MembershipConfig::default()
         };
-        assert_eq!(suspicion_for(3, &c), ms(290));
-        assert_eq!(suspicion_for(1_000, &c), ms(1_800));
+        assert_eq!(suspicion_for(3, &c), ms(250));
+        assert_eq!(suspicion_for(1_000, &c), ms(600));
     }
 
     #[test]
