@@ -477,7 +477,7 @@ impl Drop for Registration {
 struct Driver {
     session: Session,
     peer: BfdPeer,
-    socket: UdpSocket,
+    socket: std::net::UdpSocket,
     dest: SocketAddr,
     status: watch::Sender<BfdStatus>,
     send_failing: bool,
@@ -528,21 +528,19 @@ impl Driver {
         let (mut sent, mut drops) = (0u64, Vec::new());
         for output in outputs {
             match output {
-                Output::Send(packet) => {
-                    match self.socket.send_to(&packet.encode(), self.dest).await {
-                        Ok(_) => {
-                            sent += 1;
-                            self.send_failing = false;
-                        }
-                        Err(e) => {
-                            if !self.send_failing {
-                                tracing::warn!(peer = %self.peer.peer, local = %self.peer.local, error = %e, "sending a BFD packet failed");
-                            }
-                            self.send_failing = true;
-                            drops.push(DropReason::SendFailed);
-                        }
+                Output::Send(packet) => match self.socket.send_to(&packet.encode(), self.dest) {
+                    Ok(_) => {
+                        sent += 1;
+                        self.send_failing = false;
                     }
-                }
+                    Err(e) => {
+                        if !self.send_failing {
+                            tracing::warn!(peer = %self.peer.peer, local = %self.peer.local, error = %e, "sending a BFD packet failed");
+                        }
+                        self.send_failing = true;
+                        drops.push(DropReason::SendFailed);
+                    }
+                },
                 Output::StateChanged { from, to, diag } => {
                     tracing::info!(peer = %self.peer.peer, local = %self.peer.local, ?from, ?to, ?diag, "BFD session state changed");
                 }

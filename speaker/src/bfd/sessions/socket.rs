@@ -78,11 +78,13 @@ pub(super) fn receive_socket(
 }
 
 /// A session's send socket: `local` and a free random port in 49152–65535, TTL 255, bound to
-/// `device` when given.
+/// `device` when given. Non-blocking and not registered with tokio: a send never waits (a full
+/// buffer drops the packet, as a lossy link would), and a registered socket woke the runtime
+/// once more after every packet for its write readiness (`strace` on an idle speaker).
 pub(super) fn send_socket(
     local: IpAddr,
     device: Option<DeviceName>,
-) -> Result<UdpSocket, StartError> {
+) -> Result<std::net::UdpSocket, StartError> {
     let socket = new_udp(local, device)?;
     if local.is_ipv4() {
         socket
@@ -108,7 +110,8 @@ pub(super) fn send_socket(
     if !bound {
         return Err(StartError::NoSourcePort { local });
     }
-    UdpSocket::from_std(socket.into()).map_err(socket_error("tokio registration"))
+    // Non-blocking already (`new_udp`).
+    Ok(socket.into())
 }
 
 /// Turns on IP_RECVTTL, which socket2 does not wrap.
