@@ -1131,7 +1131,6 @@ async fn write_status(
     ingress: &[LoadBalancerIngress],
     pool: Option<&str>,
 ) -> Result<(), ApiCallError> {
-    let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
     let ingress_value = if ingress.is_empty() {
         serde_json::Value::Null
     } else {
@@ -1144,8 +1143,21 @@ async fn write_status(
         },
         "status": {"loadBalancer": {"ingress": ingress_value}},
     });
-    api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+    // The answer (the whole Service, managedFields included) is not decoded: nothing reads
+    // it, and its watch event brings the same object to the cache anyway. Errors come back
+    // as from `Api::patch_status` (a `Status` body becomes `kube::Error::Api`).
+    let mut request = kube::core::Request::new(Service::url_path(&(), Some(&key.namespace)))
+        .patch_subresource(
+            "status",
+            &key.name,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .map_err(|e| ApiCallError::from(kube::Error::BuildRequest(e)))?;
+    request.extensions_mut().insert("patch_status");
+    client
+        .request_text(request)
         .await
-        .map(|_| ())
+        .map(drop)
         .map_err(ApiCallError::from)
 }
