@@ -411,6 +411,13 @@ fn a_kernel_panic_is_the_first_line_of_a_failure_before_the_tail() {
         )
     );
     assert_eq!(why_failed("", "", "", Some(0), None), None);
+    // The power-off's kernel message can land before the guest's newline.
+    let console = "guest: the test's init /x is not executable on the host's root[    4.725453] \
+        sysrq: Power Off\n[    4.753770] reboot: Power down\n";
+    assert_eq!(
+        why_failed(console, "", "", None, None).as_deref(),
+        Some("guest: the test's init /x is not executable on the host's root")
+    );
 }
 
 /// The node's interface `va` is enslaved to VRF `red` (table 10); the main table then holds no

@@ -385,6 +385,26 @@ fn run_once(
     })
 }
 
+/// `line` up to a kernel message written into it. The kernel prints on the console directly,
+/// while a process's line waits in the tty's buffer: the power-off that follows the guest's
+/// own error can land before that line's newline (`...on the host's root[    4.725453] sysrq:
+/// Power Off`).
+fn before_kernel_message(line: &str) -> &str {
+    let stamp_at = line.match_indices('[').map(|(i, _)| i).find(|&i| {
+        let rest = line[i + 1..].trim_start();
+        let Some((secs, _)) = rest.split_once(']') else {
+            return false;
+        };
+        secs.split_once('.').is_some_and(|(a, b)| {
+            !a.is_empty()
+                && !b.is_empty()
+                && a.bytes().all(|c| c.is_ascii_digit())
+                && b.bytes().all(|c| c.is_ascii_digit())
+        })
+    });
+    stamp_at.map_or(line, |i| line[..i].trim_end())
+}
+
 fn stop(guest: &mut Child) {
     let _ = guest.kill();
     let _ = guest.wait();
@@ -418,7 +438,7 @@ pub fn why_failed(
         return Some(format!("the guest's kernel died: {}", strip(l)));
     }
     if let Some(l) = console.lines().find(|l| strip(l).starts_with("guest: ")) {
-        return Some(strip(l));
+        return Some(before_kernel_message(&strip(l)).to_owned());
     }
     if let Some(e) = first_qemu_error(qemu) {
         return Some(e);
