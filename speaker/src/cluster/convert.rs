@@ -37,7 +37,7 @@ pub fn service_rec(svc: &Service, class: &str, ignore_unclassed: bool) -> Option
     }
     Some(ServiceRec {
         key: service_key(svc),
-        ingress,
+        ingress: ingress.into(),
         local_traffic_policy: svc
             .spec
             .as_ref()
@@ -67,7 +67,7 @@ pub fn service_info(
         .collect();
     Some(ServiceInfo {
         key: rec.key,
-        ingress: rec.ingress,
+        ingress: rec.ingress.into(),
         local_traffic_policy: rec.local_traffic_policy,
         endpoints,
         labels: rec.labels,

@@ -33,9 +33,10 @@ pub mod peers;
 mod records;
 mod table;
 
-pub use records::{Digest, NodeRec, ServiceRec, SliceRec, digest};
+pub use records::{Digest, Few, ServiceRec, SliceRec, digest};
 pub use table::{Table, Update, key_of};
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -103,7 +104,8 @@ pub struct Cluster {
     scope: Scope,
     services: Table<ServiceRec, Digest>,
     slices: Table<SliceRec, Digest>,
-    nodes: Table<NodeRec>,
+    /// Node names, for the re-list protocol; what is kept of each Node is in `node_infos`.
+    nodes: Table<(), String>,
     pods: Table<SpeakerPod>,
     pools: Table<Kept<IPAddressPool>>,
     l2: Table<Kept<L2Advertisement>>,
@@ -113,7 +115,7 @@ pub struct Cluster {
     bfd_profiles: Table<Kept<BFDProfile>>,
     secrets: Table<Kept<Secret>>,
     /// Slices by their Service.
-    slices_by_service: HashMap<Digest, Vec<Digest>>,
+    slices_by_service: HashMap<Digest, Few<Digest>>,
     /// Every Service FerroLB handles, with or without an address yet, by [`digest`]: the
     /// slices of these keep their endpoints.
     handled: Table<(), Digest>,
@@ -125,11 +127,13 @@ pub struct Cluster {
     /// Services whose slices must be listed again: they were seen (and their endpoints not
     /// kept) while the Service was not handled.
     refetch: BTreeSet<ServiceKey>,
-    /// Services by address, as digests sorted by their keys (a `Vec`: almost every address
-    /// has one Service).
-    services_by_ip: HashMap<IpAddr, Vec<Digest>>,
+    /// Services by address, as digests sorted by their keys (almost every address has one
+    /// Service).
+    services_by_ip: HashMap<IpAddr, Few<Digest>>,
     /// One copy of each node name seen in endpoints.
     node_names: HashSet<Arc<str>>,
+    /// Each Node as the planners read it (its `ready` is also the Kubernetes view of live
+    /// speakers): the one copy kept, updated one Node at a time.
     node_infos: BTreeMap<String, NodeInfo>,
     /// This node's UID (the owner of the objects that must go with the Node).
     this_node_uid: Option<String>,
@@ -283,7 +287,7 @@ impl Cluster {
 
     /// Service `d` is no longer handled: its slices drop their endpoints.
     fn unclaim(&mut self, d: Digest) {
-        for id in self.slices_by_service.remove(&d).unwrap_or_default() {
+        for id in Vec::from(self.slices_by_service.remove(&d).unwrap_or_default()) {
             if self.slices.remove(&id).is_some() {
                 self.add_unclaimed(id, d);
             }
@@ -363,12 +367,17 @@ impl Cluster {
     /// Indexes the kept Service `d` (already in `services`) by its addresses.
     fn index_service(&mut self, d: Digest, rec: &ServiceRec) {
         for ip in &rec.ingress {
-            let list = self.services_by_ip.entry(*ip).or_default();
             let services = &self.services;
-            let at = list
-                .binary_search_by(|other| services.get(other).map(|o| &o.key).cmp(&Some(&rec.key)));
-            if let Err(at) = at {
-                list.insert(at, d);
+            let by_key = |other: &Digest| services.get(other).map(|o| &o.key).cmp(&Some(&rec.key));
+            match self.services_by_ip.entry(*ip) {
+                Entry::Vacant(e) => {
+                    e.insert(Few::One(d));
+                }
+                Entry::Occupied(mut e) => {
+                    if let Err(at) = e.get().binary_search_by(by_key) {
+                        e.get_mut().edit(|list| list.insert(at, d));
+                    }
+                }
             }
         }
     }
@@ -376,7 +385,9 @@ impl Cluster {
     fn unindex_service(&mut self, d: Digest, rec: &ServiceRec) {
         for ip in &rec.ingress {
             if let Some(list) = self.services_by_ip.get_mut(ip) {
-                list.retain(|k| *k != d);
+                if list.contains(&d) {
+                    list.edit(|list| list.retain(|k| *k != d));
+                }
                 if list.is_empty() {
                     self.services_by_ip.remove(ip);
                 }
@@ -420,9 +431,15 @@ impl Cluster {
                     if let Some(old) = old {
                         self.unindex_slice(id, &old);
                     }
-                    let ids = self.slices_by_service.entry(rec.service).or_default();
-                    if !ids.contains(&id) {
-                        ids.push(id);
+                    match self.slices_by_service.entry(rec.service) {
+                        Entry::Vacant(e) => {
+                            e.insert(Few::One(id));
+                        }
+                        Entry::Occupied(mut e) => {
+                            if !e.get().contains(&id) {
+                                e.get_mut().edit(|ids| ids.push(id));
+                            }
+                        }
                     }
                     if !adds_nothing {
                         self.service_endpoints_changed(rec.service);
@@ -461,7 +478,9 @@ impl Cluster {
 
     fn unindex_slice(&mut self, id: Digest, rec: &SliceRec) {
         if let Some(ids) = self.slices_by_service.get_mut(&rec.service) {
-            ids.retain(|i| *i != id);
+            if ids.contains(&id) {
+                ids.edit(|ids| ids.retain(|i| *i != id));
+            }
             if ids.is_empty() {
                 self.slices_by_service.remove(&rec.service);
             }
@@ -483,24 +502,39 @@ impl Cluster {
                 self.nodes.restart();
                 false
             }
-            Update::Synced => !self.nodes.synced().is_empty(),
+            Update::Synced => {
+                let gone = self.nodes.synced();
+                for (name, ()) in &gone {
+                    self.node_infos.remove(name);
+                }
+                !gone.is_empty()
+            }
             Update::Apply(node) => {
-                if node.name_any() == self.scope.this_node {
+                let name = node.name_any();
+                if name == self.scope.this_node {
                     self.this_node_uid = node.metadata.uid.clone();
                 }
-                let rec = NodeRec {
-                    info: convert::node_info(&node),
-                };
-                self.nodes.upsert(node.name_any(), rec).is_some()
+                let info = convert::node_info(&node);
+                self.nodes.upsert(name.clone(), ());
+                match self.node_infos.get_mut(&name) {
+                    Some(old) if *old == info => false,
+                    Some(old) => {
+                        *old = info;
+                        true
+                    }
+                    None => {
+                        self.node_infos.insert(name, info);
+                        true
+                    }
+                }
             }
-            Update::Delete(node) => self.nodes.remove(&node.name_any()).is_some(),
+            Update::Delete(node) => {
+                let name = node.name_any();
+                self.nodes.remove(&name);
+                self.node_infos.remove(&name).is_some()
+            }
         };
         if changed {
-            self.node_infos = self
-                .nodes
-                .values()
-                .map(|n| (n.info.name.clone(), n.info.clone()))
-                .collect();
             self.changes.config = true;
             self.speakers_dirty = true;
         }
@@ -700,7 +734,7 @@ impl Cluster {
             .collect();
         ServiceInfo {
             key: rec.key.clone(),
-            ingress: rec.ingress.clone(),
+            ingress: rec.ingress.to_vec(),
             local_traffic_policy: rec.local_traffic_policy,
             endpoints,
             labels: rec.labels.clone(),
@@ -744,10 +778,10 @@ impl Cluster {
 
     /// The Nodes whose `Ready` condition is `True`.
     pub fn ready_nodes(&self) -> BTreeSet<String> {
-        self.nodes
+        self.node_infos
             .values()
-            .filter(|n| n.info.ready)
-            .map(|n| n.info.name.clone())
+            .filter(|n| n.ready)
+            .map(|n| n.name.clone())
             .collect()
     }
 

@@ -1,11 +1,12 @@
-//! The records the cluster model keeps: a Service, an EndpointSlice and a Node, each stripped
-//! to what the planners read, and the digest that names slices and their Services. Pure: plain
-//! data.
+//! The records the cluster model keeps: a Service and an EndpointSlice, each stripped to what
+//! the planners read, and the digest that names slices and their Services (Nodes are kept as
+//! the planners' own [`super::input::NodeInfo`]). Pure: plain data.
 
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::ops::Deref;
 
-use super::input::{EndpointInfo, NodeInfo, ServiceKey, ServiceLabels};
+use super::input::{EndpointInfo, ServiceKey, ServiceLabels};
 
 /// A Service as kept: what the planners read, no endpoints (those are in the slices).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,7 +14,7 @@ pub struct ServiceRec {
     /// Its key.
     pub key: ServiceKey,
     /// `status.loadBalancer.ingress[].ip`, sorted, without duplicates; never empty.
-    pub ingress: Vec<IpAddr>,
+    pub ingress: Few<IpAddr>,
     /// `externalTrafficPolicy: Local`.
     pub local_traffic_policy: bool,
     /// `metadata.uid`, for Events about it.
@@ -34,7 +35,12 @@ pub struct SliceRec {
 /// A 128-bit digest of a `namespace/name`: two independent 64-bit SipHashes. Identities of
 /// slices and their Services are kept as digests instead of strings; two names sharing one is
 /// as likely as a random 128-bit collision.
-pub type Digest = u128;
+///
+/// Two `u64` halves rather than a `u128`: a `u128` is aligned to 16 bytes, which pads every
+/// table row that holds one (a row of `unclaimed_by_service`, a digest and a count, took 32
+/// bytes instead of 24; there is one per Service with slices in the cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest([u64; 2]);
 
 /// The [`Digest`] of `namespace/name`.
 pub fn digest(namespace: &str, name: &str) -> Digest {
@@ -43,12 +49,97 @@ pub fn digest(namespace: &str, name: &str) -> Digest {
         (salt, namespace, name).hash(&mut h);
         h.finish()
     };
-    (u128::from(half(1)) << 64) | u128::from(half(2))
+    Digest([half(1), half(2)])
 }
 
-/// A Node as kept.
+/// A list that is one item long almost always (a Service's addresses, the Services at an
+/// address, a Service's slices), kept without an allocation of its own for that one item.
+///
+/// Why: the model holds three such lists per Service; as `Vec`s they were 30,000 small
+/// allocations at 10,000 Services, made during the first lists among the watch's decoded
+/// objects and left scattered between the holes those objects left. Reads go through the
+/// slice ([`Deref`]); changes are rare and rebuild the list.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeRec {
-    /// What the planners read (its `ready` is also the Kubernetes view of live speakers).
-    pub info: NodeInfo,
+pub enum Few<T> {
+    /// Exactly one item.
+    One(T),
+    /// Any other number of items (none, or two and more).
+    More(Box<[T]>),
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Few::More(Box::default())
+    }
+}
+
+impl<T> Deref for Few<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match self {
+            Few::One(item) => std::slice::from_ref(item),
+            Few::More(items) => items,
+        }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Few<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T> From<Vec<T>> for Few<T> {
+    fn from(mut items: Vec<T>) -> Self {
+        match items.pop() {
+            Some(item) if items.is_empty() => Few::One(item),
+            Some(item) => {
+                items.push(item);
+                Few::More(items.into_boxed_slice())
+            }
+            None => Few::default(),
+        }
+    }
+}
+
+impl<T> From<Few<T>> for Vec<T> {
+    fn from(few: Few<T>) -> Self {
+        match few {
+            Few::One(item) => vec![item],
+            Few::More(items) => items.into_vec(),
+        }
+    }
+}
+
+impl<T> Few<T> {
+    /// Changes the list through a `Vec` (rare: a second item, or one going).
+    pub fn edit(&mut self, change: impl FnOnce(&mut Vec<T>)) {
+        let mut items = Vec::from(std::mem::take(self));
+        change(&mut items);
+        *self = items.into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_few_holds_one_item_inline_and_any_other_number_in_a_slice() {
+        let mut few = Few::from(vec![1]);
+        assert_eq!(few, Few::One(1));
+        few.edit(|v| v.push(2));
+        assert_eq!(&*few, &[1, 2]);
+        assert!(matches!(few, Few::More(_)));
+        few.edit(|v| v.retain(|i| *i != 1));
+        assert_eq!(few, Few::One(2));
+        few.edit(Vec::clear);
+        assert!(few.is_empty());
+        assert_eq!(few, Few::default());
+        assert_eq!((&Few::from(vec![3, 4])).into_iter().sum::<i32>(), 7);
+    }
 }

@@ -1,13 +1,19 @@
 //! The speaker's Prometheus metrics (names under `ferrolb_`).
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use ferrolb_telemetry::apicall::ApiCallError;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use crate::planner::ServiceKey;
 
 /// Per-peer labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -36,17 +42,42 @@ pub struct MalformedLabels {
     pub handling: String,
 }
 
-/// Labels of the per-address announcement gauge.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+/// Labels of the per-address announcement gauge: `namespace`, `service`, `ip` and `protocol`.
+///
+/// There is one series per announced (address, protocol) of every Service, 10,000 and more on a
+/// large cluster, so a label set holds no string of its own: the Service's key is shared with
+/// the speaker's record of its series, the address stays an address until a scrape writes it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AnnouncedLabels {
-    /// Service namespace.
-    pub namespace: String,
-    /// Service name.
-    pub service: String,
+    /// The Service (its `namespace` and `service` labels).
+    pub service: Arc<ServiceKey>,
     /// The address.
-    pub ip: String,
+    pub ip: IpAddr,
     /// `layer2` or `bgp`.
-    pub protocol: String,
+    pub protocol: &'static str,
+}
+
+impl EncodeLabelSet for AnnouncedLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder<'_>) -> Result<(), std::fmt::Error> {
+        // The order and names of the labels as they were when each was a `String` field.
+        [
+            ("namespace", self.service.namespace.as_str()),
+            ("service", self.service.name.as_str()),
+        ]
+        .encode(encoder)?;
+        [("ip", AddressValue(self.ip))].encode(encoder)?;
+        [("protocol", self.protocol)].encode(encoder)
+    }
+}
+
+/// An address as a label value, written when a scrape encodes it.
+struct AddressValue(IpAddr);
+
+impl EncodeLabelValue for AddressValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        write!(encoder, "{}", self.0)
+    }
 }
 
 /// Per-reason label.
@@ -280,6 +311,38 @@ mod tests {
         kube::Error::Api(Box::new(
             kube::core::Status::failure("m", "r").with_code(code),
         ))
+    }
+
+    #[test]
+    fn an_announced_address_is_exported_with_its_namespace_service_ip_and_protocol_labels() {
+        let metrics = Metrics::default();
+        let mut registry = Registry::with_prefix("ferrolb");
+        metrics.register(&mut registry);
+        let service = Arc::new(ServiceKey::new("default", "web"));
+        for (ip, protocol) in [("192.0.2.1", "layer2"), ("2001:db8::1", "bgp")] {
+            metrics
+                .announced
+                .get_or_create(&AnnouncedLabels {
+                    service: service.clone(),
+                    ip: ip.parse().unwrap(),
+                    protocol,
+                })
+                .set(1);
+        }
+        let mut page = String::new();
+        prometheus_client::encoding::text::encode(&mut page, &registry).expect("encoded");
+        let mut lines: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("ferrolb_service_address_announced{"))
+            .collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                r#"ferrolb_service_address_announced{namespace="default",service="web",ip="192.0.2.1",protocol="layer2"} 1"#,
+                r#"ferrolb_service_address_announced{namespace="default",service="web",ip="2001:db8::1",protocol="bgp"} 1"#,
+            ]
+        );
     }
 
     #[test]

@@ -49,6 +49,9 @@ use metrics::{
 };
 use status::{Desired, StatusQueue};
 
+/// A Service's `announced` metric series, as (address, protocol).
+type Series = Box<[(IpAddr, &'static str)]>;
+
 /// The speaker's state between syncs: the node planner's decisions, and what applying them
 /// needs.
 pub struct Speaker {
@@ -66,8 +69,8 @@ pub struct Speaker {
     /// The `l2_kernel_arp` metric's reasons exported so far (kept at 0 once gone).
     kernel_arp_labels: BTreeSet<&'static str>,
     /// The `announced` metric's series per Service, as (address, protocol): the label sets
-    /// themselves live in the metric family only.
-    announced: HashMap<ServiceKey, Box<[(IpAddr, &'static str)]>>,
+    /// themselves live in the metric family only, and share this key.
+    announced: HashMap<Arc<ServiceKey>, Series>,
     status: Arc<StatusQueue>,
     events: Arc<EventQueue>,
     session_states: sessions::SessionStates,
@@ -139,7 +142,7 @@ impl Speaker {
     /// the objects a successor deleted meanwhile are created again.
     pub fn rewrite_statuses(&mut self, cluster: &Cluster) {
         self.status.reload();
-        let keys: Vec<ServiceKey> = self.announced.keys().cloned().collect();
+        let keys: Vec<ServiceKey> = self.announced.keys().map(|k| (**k).clone()).collect();
         self.announce(cluster, keys);
     }
 
@@ -247,6 +250,12 @@ impl Speaker {
         }
     }
 
+    /// Whether no status object and no Event waits or is being written (a burst's writes are
+    /// over).
+    pub fn writes_drained(&self) -> bool {
+        self.status.is_idle() && self.events.is_empty()
+    }
+
     /// When [`Speaker::sync`] should run again at the latest (a handover or a preference
     /// hold-down ends), if ever ([`NodePlanner::next_deadline`]).
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
@@ -347,12 +356,15 @@ impl Speaker {
             l2: l2.map(|(ips, ifs)| status::l2_payload(&key, node, &ips, &ifs)),
             bgp: bgp_peers.map(|peers| status::bgp_payload(&key, node, &peers)),
         };
-        let old = self.announced.remove(&key).unwrap_or_default();
-        let label_set = |(ip, protocol): &(IpAddr, &'static str)| AnnouncedLabels {
-            namespace: key.namespace.clone(),
-            service: key.name.clone(),
-            ip: ip.to_string(),
-            protocol: (*protocol).into(),
+        // One copy of the key for the Service's record and all its series.
+        let (shared, old) = match self.announced.remove_entry(&key) {
+            Some(found) => found,
+            None => (Arc::new(key), Box::default()),
+        };
+        let label_set = |&(ip, protocol): &(IpAddr, &'static str)| AnnouncedLabels {
+            service: shared.clone(),
+            ip,
+            protocol,
         };
         for gone in old.iter().filter(|l| !series.contains(l)) {
             self.metrics.announced.remove(&label_set(gone));
@@ -360,11 +372,10 @@ impl Speaker {
         for l in series.iter().filter(|l| !old.contains(l)) {
             self.metrics.announced.get_or_create(&label_set(l)).set(1);
         }
+        self.status.set(shared.clone(), desired);
         if !series.is_empty() {
-            self.announced
-                .insert(key.clone(), series.into_boxed_slice());
+            self.announced.insert(shared, series.into_boxed_slice());
         }
-        self.status.set(key, desired);
         self.metrics.status_pending.set(self.status.len() as i64);
     }
 
