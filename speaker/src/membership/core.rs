@@ -165,6 +165,13 @@ pub fn suspicion_for(members: usize, config: &MembershipConfig) -> Duration {
         .max(Duration::from_millis(steps * 10))
 }
 
+/// Whether a gossip period has passed from `last_ms` to `now_ms` (wall clock, ms). A clock
+/// stepped back before `last_ms` counts as a period over: otherwise news would wait for the
+/// clock to catch up (an hour, after a step back of an hour) instead of going out at once.
+fn period_over(last_ms: u64, now_ms: u64, period_ms: u64) -> bool {
+    now_ms < last_ms || now_ms - last_ms >= period_ms
+}
+
 impl MembershipConfig {
     fn to_foca(&self, members: usize) -> foca::Config {
         let mut c = foca::Config::simple();
@@ -498,7 +505,7 @@ impl Membership {
             && self.swim.num_members() > 0
             && self
                 .last_push_ms
-                .is_none_or(|t| self.now_ms.saturating_sub(t) >= period_ms)
+                .is_none_or(|t| period_over(t, self.now_ms, period_ms))
         {
             self.last_push_ms = Some(self.now_ms);
             let mut more = self.collect_once(|swim, rt| swim.gossip(&mut *rt).is_ok());
@@ -953,11 +960,18 @@ fn node_fits(node: &str) -> bool {
 
 #[cfg(test)]
 mod scaling_tests {
-    use super::{MembershipConfig, suspicion_for, transmissions_for};
+    use super::{MembershipConfig, period_over, suspicion_for, transmissions_for};
     use std::time::Duration;
 
     fn ms(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn news_goes_out_at_once_again_after_a_period_or_a_clock_stepped_back() {
+        assert!(!period_over(1_000, 1_050, 100), "within the period");
+        assert!(period_over(1_000, 1_100, 100), "a period later");
+        assert!(period_over(1_000, 400, 100), "the clock stepped back");
     }
 
     #[test]
