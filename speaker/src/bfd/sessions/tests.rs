@@ -362,7 +362,16 @@ async fn two_shells_on_loopback_addresses_come_up_and_see_each_others_admin_down
         (State::AdminDown, Diag::NeighborSignaledDown)
     );
     assert!(s.up_since.is_none());
-    assert!(a.unmatched_drops().is_empty() && b.unmatched_drops().is_empty());
+    // B answers the AdminDown with a Down packet at once; A's session is gone by then (its
+    // receiver runs on A's own `bfd` thread), so that packet may be counted as for an unknown
+    // discriminator. Nothing else is unmatched.
+    let a_unmatched = a.unmatched_drops();
+    assert!(
+        a_unmatched.keys().all(|r| *r == "unknown_discriminator")
+            && a_unmatched.values().sum::<u64>() <= 1,
+        "{a_unmatched:?}"
+    );
+    assert!(b.unmatched_drops().is_empty());
 }
 
 #[tokio::test]
