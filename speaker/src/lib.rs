@@ -28,4 +28,5 @@ pub mod membership;
 pub mod netdev;
 pub mod planner;
 pub mod shell;
+mod wait;
 pub mod watch;

@@ -8,8 +8,8 @@
 //!   needs only the packet ([`decode`], [`PacketError`]).
 //! - [`session`]: one session's state machine ([`Session`]): the state table, the Poll Sequence,
 //!   timer negotiation, jittered transmission and the detection time.
-//! - [`sessions`]: the tokio shell (I/O, not pure): sockets, the TTL check, demultiplexing and one
-//!   task per session ([`BfdSessions`], [`BfdHandle`], [`BfdStatus`]).
+//! - [`sessions`]: the shell (I/O, not pure): sockets, the TTL check, demultiplexing, and every
+//!   session on one thread of its own ([`BfdSessions`], [`BfdHandle`], [`BfdStatus`]).
 //!
 //! ```text
 //!   UDP datagram ──decode()──► ControlPacket ─┐

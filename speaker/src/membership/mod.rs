@@ -29,7 +29,6 @@ pub mod sim;
 pub mod states;
 pub mod udp;
 pub mod view_lease;
-mod wait;
 
 pub use auth::{AuthFailure, GossipKey, KeyRing};
 pub use core::{

@@ -33,7 +33,7 @@ use super::core::{
     Membership, MembershipConfig, MembershipCounters, Output, SpeakerId, StateError, Timer,
 };
 use super::states::MAX_STATE_LEN;
-use super::wait::{Nudge, wait};
+use crate::wait::{Nudge, wait};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::io;

@@ -117,7 +117,7 @@ pub struct Metrics {
     /// BGP sessions closed because BFD went down.
     pub bfd_downs: Family<PeerLabels, Counter>,
     /// BFD packets dropped on receive (or not sent), by reason (`ttl_not_255`, `no_session`,
-    /// `queue_full`, `send_failed`, a malformed packet's own label, ...).
+    /// `no_session`, `send_failed`, a malformed packet's own label, ...).
     pub bfd_dropped_packets: Family<ReasonLabels, Counter>,
     /// UPDATE messages sent.
     pub bgp_updates: Family<PeerLabels, Counter>,

@@ -74,9 +74,6 @@ pub enum DropReason {
     /// Your Discriminator names a session whose addresses differ from the datagram's.
     #[error("BFD packet names a session of another peer or local address")]
     AddressMismatch,
-    /// The session's queue was full.
-    #[error("BFD session's receive queue is full; its task is not keeping up")]
-    QueueFull,
     /// The session refused it ([`Output::Discarded`](crate::bfd::session::Output::Discarded)).
     #[error(transparent)]
     Refused(Discard),
@@ -96,7 +93,6 @@ impl DropReason {
             DropReason::UnknownDiscriminator => "unknown_discriminator",
             DropReason::NoSession => "no_session",
             DropReason::AddressMismatch => "address_mismatch",
-            DropReason::QueueFull => "queue_full",
             DropReason::Refused(d) => d.metric_label(),
             DropReason::SendFailed => "send_failed",
         }

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::UdpSocket;
+use std::net::UdpSocket;
 
 use crate::netdev::DeviceName;
 
@@ -74,7 +74,7 @@ pub(super) fn receive_socket(
     socket
         .bind(&addr.into())
         .map_err(|source| StartError::Bind { addr, source })?;
-    UdpSocket::from_std(socket.into()).map_err(socket_error("tokio registration"))
+    Ok(socket.into())
 }
 
 /// A session's send socket: `local` and a free random port in 49152–65535, TTL 255, bound to

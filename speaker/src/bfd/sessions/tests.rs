@@ -4,7 +4,7 @@
 
 use super::socket::{socket_addr_from_raw, ttl_from_control};
 use super::*;
-use crate::bfd::packet::{PacketError, VERSION};
+use crate::bfd::packet::{ControlPacket, PacketError, VERSION};
 use crate::bfd::session::Discard;
 
 const WORD: usize = size_of::<usize>();
@@ -293,7 +293,6 @@ fn every_drop_reason_has_its_own_metric_label() {
         DropReason::UnknownDiscriminator,
         DropReason::NoSession,
         DropReason::AddressMismatch,
-        DropReason::QueueFull,
         DropReason::Refused(Discard::NotOurDiscriminator {
             received: 1,
             ours: 2,
