@@ -174,6 +174,94 @@ fn a_killed_speaker_is_declared_down_by_all_survivors_within_a_second() {
     );
 }
 
+/// Runs until every member of `observers` has reported a view without `victim`, for at most
+/// `limit`: for each, when (virtual time since the call, exact to the event).
+fn times_seen_down(
+    c: &mut Cluster,
+    observers: &[usize],
+    victim: usize,
+    limit: Duration,
+) -> Option<Vec<Duration>> {
+    let (start, gone) = (c.now(), Cluster::name(victim));
+    let mut seen: BTreeMap<usize, Duration> = BTreeMap::new();
+    while seen.len() < observers.len() {
+        if c.now() - start > limit {
+            return None;
+        }
+        c.run_for(ms(10), |i, _, m, now| {
+            if observers.contains(&i) && !seen.contains_key(&i) && !m.is_live(&gone) {
+                seen.insert(i, now - start);
+            }
+        });
+    }
+    Some(seen.into_values().collect())
+}
+
+#[test]
+fn a_failed_probe_of_a_member_suspected_by_another_declares_it_down_without_a_second_suspicion() {
+    // 30 members: the suspicion stays at the configured 150 ms. Without confirmations every
+    // member learns of a death from the member whose probe failed first: that probe began
+    // after the death (or its ping was still on the way), failed a probe period later, and
+    // its prober waited the whole suspicion. So never sooner than `unconfirmed` after it.
+    let config = MembershipConfig::default();
+    let suspicion = super::core::suspicion_for(30, &config);
+    assert_eq!(suspicion, ms(150));
+    let net = NetConfig::default();
+    let unconfirmed = config.probe_period + suspicion - net.latency_max;
+    let mut c = Cluster::new(30, config.clone(), key(7), net);
+    c.start_converged(1);
+    c.run_for(ms(2_000), |_, _, _, _| {});
+    let all: Vec<usize> = (0..30).collect();
+    let mut everybody = Vec::new();
+    for kill in 0..40 {
+        let victim = (kill * 7) % 30;
+        c.kill(victim);
+        let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != victim).collect();
+        let seen = times_seen_down(&mut c, &survivors, victim, ms(5_000)).expect("declared down");
+        everybody.push(seen.into_iter().max().unwrap());
+        let seeds = c.seeds();
+        c.start(victim, 2 + kill as u64, &seeds);
+        until_views(&mut c, &all, &names(&all), ms(10_000)).expect("back");
+        c.run_for(ms(1_000), |_, _, _, _| {});
+    }
+    let sooner = everybody.iter().filter(|t| **t < unconfirmed).count();
+    let confirmed: u64 = all
+        .iter()
+        .map(|i| c.member(*i).unwrap().counters().confirmed_suspicions)
+        .sum();
+    // Seeded: 9 of the 40 with confirmations, 0 without (the fastest then took 231 ms).
+    assert!(
+        sooner >= everybody.len() / 8 && confirmed > 0,
+        "{sooner} of {} deaths known by every member within {unconfirmed:?} ({confirmed} \
+         confirmations): {everybody:?}",
+        everybody.len()
+    );
+}
+
+#[test]
+fn a_member_suspected_by_one_prober_only_is_declared_down_after_the_whole_suspicion() {
+    // Two members cut off from each other: each is the other's only prober, with no helper,
+    // and probes it every round. Its second failed probe confirms nothing: only its own
+    // suspicion is there.
+    let config = MembershipConfig::default();
+    let suspicion = super::core::suspicion_for(2, &config);
+    let net = NetConfig::default();
+    // A probe that began before the cut fails only if its ping was still on the way.
+    let earliest = config.probe_period + suspicion - net.latency_max;
+    for phase in (0..80).step_by(10) {
+        let mut c = Cluster::new(2, config.clone(), key(7), net.clone());
+        c.start_converged(1);
+        c.run_for(ms(2_000 + phase), |_, _, _, _| {});
+        c.partition(Some(vec![0, 1]));
+        let seen = times_seen_down(&mut c, &[0], 1, ms(2_000)).expect("declared down")[0];
+        assert!(
+            seen >= earliest,
+            "cut {phase} ms into a round: down after {seen:?}, before {earliest:?}"
+        );
+        assert_eq!(c.member(0).unwrap().counters().confirmed_suspicions, 0);
+    }
+}
+
 #[test]
 fn a_restarted_speaker_is_taken_back_with_its_new_generation() {
     let mut c = cluster(3);
