@@ -409,19 +409,24 @@ impl BfdSessions {
             commands: Mutex::new(Vec::new()),
             exit: AtomicBool::new(false),
         });
-        // Two first sessions at once: only the link stored gets a thread.
+        // The thread is started before the link is stored: a thread that could not start
+        // leaves nothing behind, and the next session tries again (a link stored without its
+        // thread would take sessions that never run).
+        let engine = Engine {
+            shared: Arc::downgrade(&self.shared),
+            link: link.clone(),
+            receivers: Vec::new(),
+            sessions: HashMap::new(),
+        };
+        std::thread::Builder::new()
+            .name("bfd".into())
+            .spawn(move || engine.run())
+            .map_err(StartError::Thread)?;
+        // Two first sessions at once: the link not stored has its thread end.
         let stored = self.shared.engine.get_or_init(|| link.clone()).clone();
-        if Arc::ptr_eq(&stored, &link) {
-            let engine = Engine {
-                shared: Arc::downgrade(&self.shared),
-                link: link.clone(),
-                receivers: Vec::new(),
-                sessions: HashMap::new(),
-            };
-            std::thread::Builder::new()
-                .name("bfd".into())
-                .spawn(move || engine.run())
-                .map_err(StartError::Thread)?;
+        if !Arc::ptr_eq(&stored, &link) {
+            link.exit.store(true, Ordering::Release);
+            link.nudge.nudge();
         }
         Ok(stored)
     }
