@@ -1,6 +1,8 @@
 //! What FerroLB reads from a core `Service`, shared by the controller and the speaker. Pure.
 
+use std::borrow::Borrow;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
@@ -27,6 +29,55 @@ impl ServiceKey {
     /// The key of a Service object.
     pub fn of(svc: &Service) -> Self {
         Self::new(svc.namespace().unwrap_or_default(), svc.name_any())
+    }
+}
+
+/// A `namespace/name` pair looked up in a map keyed by [`ServiceKey`] without building one:
+/// `map.get(&("ns", "name") as &dyn KeyRef)`. Hashes and compares as the key it names does.
+pub trait KeyRef {
+    /// `metadata.namespace`.
+    fn namespace(&self) -> &str;
+    /// `metadata.name`.
+    fn name(&self) -> &str;
+}
+
+impl KeyRef for ServiceKey {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl KeyRef for (&str, &str) {
+    fn namespace(&self) -> &str {
+        self.0
+    }
+    fn name(&self) -> &str {
+        self.1
+    }
+}
+
+// The same hash as the derived one of `ServiceKey`: its fields in order, each as a `str`.
+impl Hash for dyn KeyRef + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.namespace().hash(state);
+        self.name().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.namespace() == other.namespace() && self.name() == other.name()
+    }
+}
+
+impl Eq for dyn KeyRef + '_ {}
+
+impl<'a> Borrow<dyn KeyRef + 'a> for ServiceKey {
+    fn borrow(&self) -> &(dyn KeyRef + 'a) {
+        self
     }
 }
 
@@ -78,6 +129,21 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_key_is_found_in_a_map_by_its_namespace_and_name_without_building_one() {
+        let mut map = std::collections::HashMap::new();
+        for (ns, name) in [("a", "bc"), ("ab", "c"), ("default", "web")] {
+            map.insert(ServiceKey::new(ns, name), format!("{ns}/{name}"));
+        }
+        let get = |ns: &str, name: &str| map.get(&(ns, name) as &dyn KeyRef).cloned();
+        assert_eq!(get("default", "web").as_deref(), Some("default/web"));
+        // The boundary between namespace and name counts: `a/bc` is not `ab/c`.
+        assert_eq!(get("a", "bc").as_deref(), Some("a/bc"));
+        assert_eq!(get("ab", "c").as_deref(), Some("ab/c"));
+        assert_eq!(get("default", "we"), None);
+        assert_eq!(get("", "web"), None);
     }
 
     #[test]

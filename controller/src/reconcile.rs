@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferrolb_api::names;
+use ferrolb_api::service::KeyRef;
 use ferrolb_api::summary::{Checked, Problem};
 use ferrolb_api::v1beta1::{
     BFDProfile, BGPAdvertisement, BGPPeer, CONDITION_READY, Community, IPAddressPool,
@@ -385,27 +386,13 @@ impl Controller {
             Scope::Resync => {
                 self.metrics.periodic_passes.inc();
                 let services = stores.services.state();
-                let mut keys = BTreeSet::new();
-                for svc in &services {
-                    let key = service_key(svc);
-                    let settled = self
-                        .memo
-                        .get(&key)
-                        .and_then(|m| m.settled.as_ref())
-                        .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv));
-                    if !settled {
-                        keys.insert(key);
-                    }
-                }
-                // Known here, gone from the cache: deleted (their release is due).
-                let gone = |k: &&ServiceKey| {
+                let cached = |k: &ServiceKey| {
                     stores
                         .services
                         .get(&ObjectRef::new(&k.name).within(&k.namespace))
-                        .is_none()
+                        .is_some()
                 };
-                keys.extend(self.memo.keys().filter(gone).cloned());
-                keys.extend(self.allocator.services().filter(gone).cloned());
+                let keys = unsettled(&services, &self.memo, self.allocator.services(), cached);
                 debug!(
                     services = services.len(),
                     unsettled = keys.len(),
@@ -1011,6 +998,46 @@ impl Controller {
     }
 }
 
+/// The Services a periodic pass looks at: those in the cache (`services`) not settled at the
+/// version it shows, those remembered in `memo` that the cache no longer has, and those the
+/// allocator holds (`held`) that are neither remembered nor `cached` (deleted: their release is
+/// due). Each cached Service is looked up in `memo` by its namespace and name as they are (no
+/// key is built for one in order); the remembered ones the cache still has are counted, so a
+/// pass in which none was deleted does not look each remembered one up in the cache again.
+fn unsettled<'a>(
+    services: &[Arc<Service>],
+    memo: &HashMap<ServiceKey, Memo>,
+    held: impl Iterator<Item = &'a ServiceKey>,
+    cached: impl Fn(&ServiceKey) -> bool,
+) -> BTreeSet<ServiceKey> {
+    let mut keys = BTreeSet::new();
+    let mut remembered = 0;
+    for svc in services {
+        let meta = &svc.metadata;
+        let name = meta.name.as_deref().or(meta.generate_name.as_deref());
+        let at = (
+            meta.namespace.as_deref().unwrap_or_default(),
+            name.unwrap_or_default(),
+        );
+        let found = memo.get(&at as &dyn KeyRef);
+        remembered += usize::from(found.is_some());
+        let settled = found
+            .and_then(|m| m.settled.as_ref())
+            .is_some_and(|rv| meta.resource_version.as_ref() == Some(rv));
+        if !settled {
+            keys.insert(service_key(svc));
+        }
+    }
+    if remembered < memo.len() {
+        keys.extend(memo.keys().filter(|k| !cached(k)).cloned());
+    }
+    keys.extend(
+        held.filter(|k| !memo.contains_key(*k) && !cached(k))
+            .cloned(),
+    );
+    keys
+}
+
 /// The summary entries of one configuration object's errors.
 fn object_problems<'a>(
     kind: &'static str,
@@ -1160,4 +1187,83 @@ async fn write_status(
         .await
         .map(drop)
         .map_err(ApiCallError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn cached(ns: &str, name: &str, rv: &str) -> Arc<Service> {
+        Arc::new(Service {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn settled_at(rv: &str) -> Memo {
+        Memo {
+            settled: Some(rv.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_periodic_pass_looks_at_what_changed_and_what_was_deleted_but_not_at_what_is_in_order() {
+        let services = vec![
+            cached("default", "same", "10"),
+            cached("default", "changed", "12"),
+            cached("default", "refused", "7"),
+            cached("default", "new", "3"),
+        ];
+        let memo: HashMap<ServiceKey, Memo> = [
+            (ServiceKey::new("default", "same"), settled_at("10")),
+            (ServiceKey::new("default", "changed"), settled_at("11")),
+            (ServiceKey::new("default", "refused"), Memo::default()),
+            (ServiceKey::new("default", "deleted"), settled_at("5")),
+        ]
+        .into();
+        let held = [
+            ServiceKey::new("default", "same"),
+            ServiceKey::new("default", "deleted"),
+            ServiceKey::new("other", "held-only"),
+        ];
+        let in_cache = |k: &ServiceKey| services.iter().any(|s| service_key(s) == *k);
+        let keys = unsettled(&services, &memo, held.iter(), in_cache);
+        let names: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            names,
+            [
+                "default/changed",
+                "default/deleted",
+                "default/new",
+                "default/refused",
+                "other/held-only"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_periodic_pass_with_nothing_deleted_does_not_look_the_remembered_services_up_again() {
+        let services = vec![cached("a", "x", "1"), cached("b", "y", "2")];
+        let memo: HashMap<ServiceKey, Memo> = [
+            (ServiceKey::new("a", "x"), settled_at("1")),
+            (ServiceKey::new("b", "y"), settled_at("2")),
+        ]
+        .into();
+        let held = [ServiceKey::new("a", "x")];
+        let lookups = std::cell::Cell::new(0);
+        let counting = |_: &ServiceKey| {
+            lookups.set(lookups.get() + 1);
+            true
+        };
+        let keys = unsettled(&services, &memo, held.iter(), counting);
+        assert!(keys.is_empty(), "{keys:?}");
+        assert_eq!(lookups.get(), 0);
+    }
 }

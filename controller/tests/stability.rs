@@ -144,6 +144,45 @@ async fn of_two_controller_replicas_only_the_leader_writes_and_a_killed_leader_i
     assert_eq!(switches, 1, "writers interleaved: {sequence:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_renews_its_lease_by_writing_it_without_reading_it_first() {
+    use ferrolb_tests::apiserver::Verb;
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.33.0/24"], None).await;
+    let _controller = cluster.spawn_controller("renewer");
+    cluster.create_service("leading", &[]).await;
+    wait_for_ingress(&cluster.client(), "leading").await;
+    // It leads now: count its Lease requests until it has renewed six times (retry period
+    // 500 ms in the harness). Each renewal used to be a GET and a PUT; now a PUT writes over
+    // the Lease the last write returned. A read is only due after a write that failed or
+    // timed out, which a loaded machine may see once or twice.
+    let from = cluster.server.request_log().len();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = cluster.server.request_log();
+        let lease = |verb: Verb| {
+            log.iter()
+                .skip(from)
+                .filter(|r| r.resource.as_deref() == Some("leases"))
+                .filter(|r| r.user_agent.contains("renewer") && r.verb == Some(verb))
+                .count()
+        };
+        let (reads, writes) = (lease(Verb::Get), lease(Verb::Update));
+        if writes >= 6 {
+            assert!(
+                reads * 2 < writes,
+                "{reads} reads of the Lease for {writes} renewals"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{writes} renewals in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Distinct User-Agents (one per replica) that wrote Service status.
 fn status_writers(cluster: &Cluster) -> Vec<String> {
     let mut agents: Vec<String> = cluster

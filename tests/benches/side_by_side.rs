@@ -57,7 +57,7 @@
 //!   cargo bench -p ferrolb-tests --bench side_by_side
 //! ```
 //!
-//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part; `=routes` only the lab's route-count
+//! `FERROLB_BENCH_ONLY=controller` or `=lab` runs one part, `=v6` only the IPv6 pool; `=routes` only the lab's route-count
 //! scenario, `=cut` only the node cut off (layer 2 and BGP withdrawal), `=kill` only the speaker
 //! SIGKILLed, `=rolling` only the rolling restart, or a list (`=cut,rolling`).
 //! `FERROLB_BENCH_ROUTES` gives the route counts (`1000,10000`); `FERROLB_BENCH_SYSTEMS`
@@ -566,9 +566,11 @@ async fn main() {
     // idle speaker, and the two child benches); empty: every part, the children too.
     let headline_only = only == "headline";
     let headline = only.is_empty() || headline_only;
+    // `v6`: only the IPv6 pool (its cold start and its settled CPU).
+    let v6_only = only == "v6";
     let (controllers, labs) = (
-        only.is_empty() || only == "controller" || headline_only,
-        only != "controller",
+        only.is_empty() || only == "controller" || headline_only || v6_only,
+        only != "controller" && !v6_only,
     );
     let route_counts: Vec<usize> = std::env::var("FERROLB_BENCH_ROUTES")
         .unwrap_or_else(|_| if headline_only { "1000" } else { "1000,10000" }.into())
@@ -583,7 +585,7 @@ async fn main() {
         .enumerate()
         .filter(|(i, _)| controllers && controllers_ran[*i])
     {
-        if !headline_only {
+        if !headline_only && !v6_only {
             eprintln!(
                 "{}: assign 1,000 x{repeat}, then 5 restarts under churn",
                 system.name()
@@ -673,7 +675,13 @@ async fn main() {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     if controllers {
-        controller_rows(&figures, controllers_ran, repeat, v6_count, !headline_only);
+        controller_rows(
+            &figures,
+            controllers_ran,
+            repeat,
+            v6_count,
+            !headline_only && !v6_only,
+        );
     }
     if lab_figures.iter().any(Option::is_some) {
         lab_rows(&lab_figures, repeat, lab_parts(&only));

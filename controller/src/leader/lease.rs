@@ -1,6 +1,8 @@
 //! The shell of leader election: reads and writes the Lease, always under a `resourceVersion`
 //! precondition, and publishes until when this replica may act.
 //!
+//! While this replica leads, the GET is skipped: the Lease its last write returned stands in.
+//!
 //! ```text
 //!   loop every retry period:  GET lease ──► Elector::decide ──► create / replace(rv) ──► written()
 //!                                                                      │
@@ -70,16 +72,26 @@ pub async fn run(
 ) {
     let timing = elector.timing();
     let mut last_role = Role::Follower;
+    // The Lease as our last successful write left it, kept while we lead: a renewal writes over
+    // it without reading it first (client-go does the same), one request every retry period
+    // instead of two. Anyone else's write since makes ours fail with 409 (the resourceVersion
+    // is ours), and the next attempt reads again.
+    let mut ours: Option<Lease> = None;
     loop {
         let sent = Instant::now();
+        let leading = elector.role(sent) == Role::Leader;
+        let known = ours.take().filter(|_| leading);
         let attempt =
             tokio::time::timeout(timing.retry_period.max(timing.renew_deadline / 2), async {
-                let current = api.get_opt(&name).await?;
+                let current = match known {
+                    Some(lease) => Some(lease),
+                    None => api.get_opt(&name).await?,
+                };
                 let action = elector.decide(sent, current.as_ref().map(observed));
                 debug!(?action, "lease decision");
                 let duration_s = timing.lease_duration.as_secs() as i32;
                 match action {
-                    Action::Wait => Ok::<bool, kube::Error>(false),
+                    Action::Wait => Ok::<Option<Lease>, kube::Error>(None),
                     Action::Create => {
                         let lease = Lease {
                             metadata: ObjectMeta {
@@ -95,9 +107,7 @@ pub async fn run(
                                 ..Default::default()
                             }),
                         };
-                        api.create(&PostParams::default(), &lease)
-                            .await
-                            .map(|_| true)
+                        api.create(&PostParams::default(), &lease).await.map(Some)
                     }
                     Action::Acquire { .. } | Action::Renew if current.is_some() => {
                         let mut lease = current.expect("checked above");
@@ -113,15 +123,18 @@ pub async fn run(
                         // with 409 if anyone wrote in between.
                         api.replace(&name, &PostParams::default(), &lease)
                             .await
-                            .map(|_| true)
+                            .map(Some)
                     }
-                    Action::Acquire { .. } | Action::Renew => Ok(false),
+                    Action::Acquire { .. } | Action::Renew => Ok(None),
                 }
             })
             .await;
         match attempt {
-            Ok(Ok(true)) => elector.written(sent),
-            Ok(Ok(false)) => {}
+            Ok(Ok(Some(written))) => {
+                elector.written(sent);
+                ours = Some(written);
+            }
+            Ok(Ok(None)) => {}
             Ok(Err(e)) if matches!(ApiCallError::from(&e), ApiCallError::Conflict) => {
                 debug!("lease changed under us")
             }
