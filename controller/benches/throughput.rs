@@ -6,6 +6,7 @@
 //! ```sh
 //! cargo bench -p ferrolb-controller --bench throughput                 # 1,000 and 10,000
 //! FERROLB_BENCH_SERVICES=1000 cargo bench -p ferrolb-controller --bench throughput
+//! FERROLB_BENCH_COLD_ONLY=1 FERROLB_BENCH_SERVICES=10000 cargo bench -p ferrolb-controller --bench throughput
 //! ```
 //!
 //! For each N it prints:
@@ -33,7 +34,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-/// The controller's write concurrency (`buffer_unordered(16)` in `reconcile.rs`).
+/// The controller's write concurrency (`WRITES_AT_ONCE` in `reconcile.rs`).
 const CONCURRENCY: usize = 16;
 const NS: &str = "ferrolb-system";
 /// Changes made to existing Services while the standby's RSS is watched.
@@ -130,7 +131,9 @@ fn spawn_controller(kubeconfig: &std::path::Path, identity: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ferrolb-controller"))
         .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
         .args(["--namespace", NS, "--metrics-addr", "127.0.0.1:0"])
-        .args(["--identity", identity, "--log-level", "error"])
+        .args(["--identity", identity, "--log-level"])
+        // FERROLB_BENCH_CONTROLLER_LOG=info shows the controller's start on stderr.
+        .arg(std::env::var("FERROLB_BENCH_CONTROLLER_LOG").unwrap_or_else(|_| "error".into()))
         .stdout(Stdio::null())
         .spawn()
         .expect("controller binary")
@@ -238,6 +241,24 @@ async fn run(n: usize, kind: BackendKind) {
     let cold_cpu = ferrolb_tests::process::cpu_time(leader.id());
     let cold_writes = sub(controller_writes(&backend), writes_before);
 
+    if std::env::var("FERROLB_BENCH_COLD_ONLY").is_ok_and(|v| v == "1") {
+        let _ = leader.kill();
+        let _ = leader.wait();
+        let per_s = n as f64 / cold.as_secs_f64();
+        println!(
+            "== {n} Services, {} API server (cold start only)",
+            kind.as_str()
+        );
+        println!(
+            "cold start: all addressed in {:.2} s = {per_s:.0} Services/s = {:.0} % of the floor \
+             ({floor_rate:.0}/s); {:.2} API writes in all per Service; {:.3} ms CPU per Service",
+            cold.as_secs_f64(),
+            100.0 * per_s / floor_rate,
+            cold_writes.1 as f64 / n as f64,
+            cold_cpu.as_secs_f64() * 1000.0 / n as f64
+        );
+        return;
+    }
     // A standby replica, then (c) N more Services created while the leader runs.
     let mut standby = spawn_controller(&kubeconfig, "standby");
     tokio::time::sleep(Duration::from_secs(3)).await; // its caches are synced

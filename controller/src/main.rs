@@ -315,8 +315,18 @@ impl Assigner {
     async fn lead(&self, mut controller: Controller) {
         let mut scope = Scope::All;
         let mut last_full = Instant::now();
+        let mut first = true;
         while self.leadership.is_leader() {
-            let report = controller.pass(&self.stores, scope, Instant::now()).await;
+            let started = Instant::now();
+            let report = controller.pass(&self.stores, scope, started).await;
+            if std::mem::take(&mut first) {
+                info!(
+                    writes = report.writes,
+                    failed = report.failed,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "first pass over every Service done"
+                );
+            }
             let mut wake = last_full + self.resync_period;
             if let Some(at) = report.next_retry {
                 wake = wake.min(at);

@@ -125,6 +125,9 @@ struct Memo {
     settled: Option<String>,
 }
 
+/// Status writes in flight at once.
+pub const WRITES_AT_ONCE: usize = 16;
+
 /// Failed status writes in a row after which a `StatusWriteFailed` Event is emitted.
 pub const EVENT_AFTER_FAILURES: u32 = 5;
 
@@ -619,6 +622,14 @@ impl Controller {
         // moment shows an address in two Services' status (a Service moved to another pool
         // and one given its old address in the same pass; the soak saw it once in an hour,
         // in the first pass after a controller restart).
+        // A burst (more writes than go out at once: a cold start, a pool change) holds its
+        // Events until its writes are done, so they do not take the API server's time from the
+        // addresses; a pass of a few writes leaves them flowing. Held before they are queued.
+        let statuses = writes
+            .iter()
+            .filter(|w| matches!(w, Write::Status { .. }))
+            .count();
+        let hold = (statuses > WRITES_AT_ONCE).then(|| self.events.hold());
         let (mut releasing, mut others) = (Vec::new(), Vec::new());
         for w in writes {
             match w {
@@ -642,6 +653,7 @@ impl Controller {
         let total = releasing.len() + others.len();
         let mut results = self.write_statuses(&client, &leadership, releasing).await;
         results.extend(self.write_statuses(&client, &leadership, others).await);
+        drop(hold);
         let mut report = PassReport {
             writes: total,
             ..Default::default()
@@ -650,7 +662,7 @@ impl Controller {
         report
     }
 
-    /// Writes `statuses`, 16 at a time.
+    /// Writes `statuses`, [`WRITES_AT_ONCE`] at a time.
     async fn write_statuses(
         &self,
         client: &Client,
@@ -682,7 +694,7 @@ impl Controller {
                 }
                 .instrument(span)
             })
-            .buffer_unordered(16)
+            .buffer_unordered(WRITES_AT_ONCE)
             .collect()
             .await
     }

@@ -86,6 +86,52 @@ async fn each_assignment_is_one_status_write_and_no_write_to_the_service_itself(
     );
 }
 
+/// A burst of assignments (here a cold start with 40 Services waiting, more than the 16
+/// status writes in flight at once) writes every address before it publishes an Event, so
+/// Events do not take the API server's time from the addresses; then every Service gets its
+/// `IPAllocated` Event. Fails with Events published while the burst's writes go out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_assignments_writes_every_address_before_its_events() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.41.0/26"], None).await;
+    for i in 0..40 {
+        cluster.create_service(&format!("b{i}"), &[]).await;
+    }
+    let _controller = cluster.spawn_controller("burst");
+    for i in 0..40 {
+        wait_for_ingress(&cluster.client(), &format!("b{i}")).await;
+    }
+    for i in 0..40 {
+        event_for(
+            &cluster,
+            &format!("b{i}"),
+            "IPAllocated",
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    let log: Vec<_> = cluster
+        .server
+        .request_log()
+        .into_iter()
+        .filter(|r| r.user_agent.starts_with("ferrolb-controller/"))
+        .collect();
+    let last_status = log
+        .iter()
+        .rposition(|r| {
+            r.resource.as_deref() == Some("services") && r.subresource.as_deref() == Some("status")
+        })
+        .expect("status writes");
+    let first_event = log
+        .iter()
+        .position(|r| r.resource.as_deref() == Some("events") && r.method == "POST")
+        .expect("Events");
+    assert!(
+        first_event > last_status,
+        "an Event went out at request {first_event}, before the last status write at {last_status}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_whose_writes_always_fail_does_not_slow_the_others_and_gets_an_event() {
     use ferrolb_tests::apiserver::Failure;
