@@ -1119,6 +1119,18 @@ impl Lab {
         &self,
         limit: Duration,
         what: &str,
+        what_fn: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        self.wait_every(limit, Duration::from_millis(100), what, what_fn)
+    }
+
+    /// Like [`Lab::wait`], looking every `every`: a timing read from the moment the wait ends
+    /// is known to within `every` plus one look.
+    pub fn wait_every<T>(
+        &self,
+        limit: Duration,
+        every: Duration,
+        what: &str,
         mut what_fn: impl FnMut() -> Option<T>,
     ) -> Result<T> {
         let start = Instant::now();
@@ -1132,7 +1144,7 @@ impl Lab {
                     after: limit,
                 });
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(every);
         }
     }
 
