@@ -6,7 +6,6 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
 
 /// A Service's identity, the key every FerroLB decision is made under.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -28,7 +27,7 @@ impl ServiceKey {
 
     /// The key of a Service object.
     pub fn of(svc: &Service) -> Self {
-        Self::new(svc.namespace().unwrap_or_default(), svc.name_any())
+        Self::new(KeyRef::namespace(svc), KeyRef::name(svc))
     }
 }
 
@@ -47,6 +46,20 @@ impl KeyRef for ServiceKey {
     }
     fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// A Service names the key [`ServiceKey::of`] would build for it.
+impl KeyRef for Service {
+    fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+    fn name(&self) -> &str {
+        let meta = &self.metadata;
+        meta.name
+            .as_deref()
+            .or(meta.generate_name.as_deref())
+            .unwrap_or_default()
     }
 }
 
@@ -144,6 +157,20 @@ mod tests {
         assert_eq!(get("ab", "c").as_deref(), Some("ab/c"));
         assert_eq!(get("default", "we"), None);
         assert_eq!(get("", "web"), None);
+        // A Service is found under the key `ServiceKey::of` builds for it.
+        let svc = Service {
+            metadata: kube::api::ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some("web".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(ServiceKey::of(&svc).to_string(), "default/web");
+        assert_eq!(
+            map.get(&svc as &dyn KeyRef).map(String::as_str),
+            Some("default/web")
+        );
     }
 
     #[test]

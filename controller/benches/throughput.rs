@@ -154,6 +154,27 @@ fn controller_writes(backend: &Backend) -> (usize, usize) {
     (services, writes.len())
 }
 
+/// The cold start's line: its rate against the floor, writes and CPU per Service.
+fn cold_line(
+    n: usize,
+    cold: Duration,
+    floor_rate: f64,
+    writes: (usize, usize),
+    cpu: Duration,
+) -> String {
+    let per_s = n as f64 / cold.as_secs_f64();
+    format!(
+        "cold start: all addressed in {:.2} s = {per_s:.0} Services/s = {:.0} % of the floor; \
+         {:.2} writes to Services and {:.2} API writes in all (Events included) per Service; \
+         {:.3} ms CPU per Service",
+        cold.as_secs_f64(),
+        100.0 * per_s / floor_rate,
+        writes.0 as f64 / n as f64,
+        writes.1 as f64 / n as f64,
+        cpu.as_secs_f64() * 1000.0 / n as f64
+    )
+}
+
 async fn floor(client: &kube::Client, ns: &str, n: usize) -> f64 {
     let api = Api::<Service>::namespaced(client.clone(), ns);
     let names: Vec<String> = (0..n).map(|i| format!("f{i:05}")).collect();
@@ -244,19 +265,12 @@ async fn run(n: usize, kind: BackendKind) {
     if std::env::var("FERROLB_BENCH_COLD_ONLY").is_ok_and(|v| v == "1") {
         let _ = leader.kill();
         let _ = leader.wait();
-        let per_s = n as f64 / cold.as_secs_f64();
         println!(
             "== {n} Services, {} API server (cold start only)",
             kind.as_str()
         );
-        println!(
-            "cold start: all addressed in {:.2} s = {per_s:.0} Services/s = {:.0} % of the floor \
-             ({floor_rate:.0}/s); {:.2} API writes in all per Service; {:.3} ms CPU per Service",
-            cold.as_secs_f64(),
-            100.0 * per_s / floor_rate,
-            cold_writes.1 as f64 / n as f64,
-            cold_cpu.as_secs_f64() * 1000.0 / n as f64
-        );
+        println!("floor (status merge patches, {CONCURRENCY} at a time): {floor_rate:.0}/s");
+        println!("{}", cold_line(n, cold, floor_rate, cold_writes, cold_cpu));
         return;
     }
     // A standby replica, then (c) N more Services created while the leader runs.
@@ -304,17 +318,7 @@ async fn run(n: usize, kind: BackendKind) {
         "floor (status merge patches, {CONCURRENCY} at a time): {:.0}/s",
         floor_rate
     );
-    println!(
-        "cold start: all addressed in {:.2} s = {:.0} Services/s = {:.0} % of the floor; \
-         {:.2} writes to Services and {:.2} API writes in all (Events included) per Service; \
-         {:.3} ms CPU per Service",
-        cold.as_secs_f64(),
-        per_s(cold),
-        100.0 * per_s(cold) / floor_rate,
-        cold_writes.0 as f64 / n as f64,
-        cold_writes.1 as f64 / n as f64,
-        cold_cpu.as_secs_f64() * 1000.0 / n as f64
-    );
+    println!("{}", cold_line(n, cold, floor_rate, cold_writes, cold_cpu));
     println!(
         "keeping up: {n} created in {:.2} s, all addressed {:.2} s after the first create \
          ({:.0} Services/s, {:.2} s after the last create); {:.2} writes to Services and {:.2} \

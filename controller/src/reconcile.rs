@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferrolb_api::names;
-use ferrolb_api::service::KeyRef;
 use ferrolb_api::summary::{Checked, Problem};
 use ferrolb_api::v1beta1::{
     BFDProfile, BGPAdvertisement, BGPPeer, CONDITION_READY, Community, IPAddressPool,
@@ -1013,9 +1012,10 @@ impl Controller {
 /// The Services a periodic pass looks at: those in the cache (`services`) not settled at the
 /// version it shows, those remembered in `memo` that the cache no longer has, and those the
 /// allocator holds (`held`) that are neither remembered nor `cached` (deleted: their release is
-/// due). Each cached Service is looked up in `memo` by its namespace and name as they are (no
-/// key is built for one in order); the remembered ones the cache still has are counted, so a
-/// pass in which none was deleted does not look each remembered one up in the cache again.
+/// due). Each cached Service is looked up in `memo` as itself
+/// ([`ferrolb_api::service::KeyRef`]: no key is built for one in order); the remembered ones
+/// the cache still has are counted, so a pass in which none was deleted does not look each
+/// remembered one up in the cache again.
 fn unsettled<'a>(
     services: &[Arc<Service>],
     memo: &HashMap<ServiceKey, Memo>,
@@ -1025,17 +1025,11 @@ fn unsettled<'a>(
     let mut keys = BTreeSet::new();
     let mut remembered = 0;
     for svc in services {
-        let meta = &svc.metadata;
-        let name = meta.name.as_deref().or(meta.generate_name.as_deref());
-        let at = (
-            meta.namespace.as_deref().unwrap_or_default(),
-            name.unwrap_or_default(),
-        );
-        let found = memo.get(&at as &dyn KeyRef);
+        let found = memo.get(&**svc as &dyn ferrolb_api::service::KeyRef);
         remembered += usize::from(found.is_some());
         let settled = found
             .and_then(|m| m.settled.as_ref())
-            .is_some_and(|rv| meta.resource_version.as_ref() == Some(rv));
+            .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv));
         if !settled {
             keys.insert(service_key(svc));
         }
