@@ -137,6 +137,14 @@ pub const INDIRECT_PROBES: usize = 5;
 /// at 5 % loss. See [`Membership::handle_timer`].
 pub const CONFIRMED_SUSPICION: Duration = Duration::ZERO;
 
+/// How many times a member gossips news at once within one gossip period
+/// ([`Membership::after_input`]): two, so that a death goes out the moment it is declared
+/// although its suspicion went out a probe round or two before. With one, the death waited for
+/// the next gossip round at every member that had just passed the suspicion on (100 members in
+/// the simulation: the median member heard of a death about 60 ms after the first declaration,
+/// instead of about 1.5 ms).
+pub const PUSHES_PER_PERIOD: usize = 2;
+
 /// Most down timers of this member's own failed probes remembered at once (one per probe
 /// round at most, each for one suspicion: about four with the default timing).
 const OWN_SUSPICIONS_MAX: usize = 64;
@@ -449,8 +457,9 @@ pub struct Membership {
     /// suspected by us alone is not confirmed by our next probe of it (a small cluster may
     /// probe the same member twice in a row).
     own_suspicions: Vec<foca::Timer<SpeakerId>>,
-    /// When news was last gossiped at once ([`Membership::after_input`]), wall clock ms.
-    last_push_ms: Option<u64>,
+    /// When news was last gossiped at once ([`Membership::after_input`]), wall clock ms: at
+    /// most [`PUSHES_PER_PERIOD`], the latest last.
+    pushes_ms: Vec<u64>,
 }
 
 impl Membership {
@@ -497,7 +506,7 @@ impl Membership {
             indirect_handled: None,
             probed: None,
             own_suspicions: Vec::new(),
-            last_push_ms: None,
+            pushes_ms: Vec::with_capacity(PUSHES_PER_PERIOD),
         }
     }
 
@@ -518,23 +527,28 @@ impl Membership {
     /// After an input that left `before` updates waiting before it: when it brought news (a
     /// member up, suspected, down or refuting; a state), gossips it at once to
     /// [`INDIRECT_PROBES`] random members instead of waiting for the next gossip round or
-    /// probe. Each member does the same when the news reaches it, so a death or a refutation
-    /// crosses 1,000 members in a few network hops (`gossip_sim`) rather than a few gossip
-    /// periods; the periodic rounds then pass it on until it has been sent often enough.
-    /// Then [`Membership::quiet_timers`].
+    /// probe. Each member does the same when the news reaches it, so a death crosses 1,000
+    /// members in a few network hops (`gossip_sim`) rather than a few gossip periods; the
+    /// periodic rounds then pass it on until it has been sent often enough. Then
+    /// [`Membership::quiet_timers`].
     ///
-    /// At most one such push per gossip period: when a whole cluster starts at once every
-    /// datagram brings news (a member learns of hundreds of others), and the periodic rounds
-    /// carry that as well.
+    /// News is a longer backlog or a change of the members: a member's newer update replaces
+    /// its older one in foca's backlog, so a death whose suspicion is still being passed on
+    /// leaves the backlog as long as it was. A refutation that replaces a suspicion still
+    /// waiting is neither: past the refuting member it travels with the periodic rounds.
+    ///
+    /// At most [`PUSHES_PER_PERIOD`] such pushes per gossip period: when a whole cluster
+    /// starts at once every datagram brings news (a member learns of hundreds of others), and
+    /// the periodic rounds carry that as well.
     fn after_input(&mut self, before: usize, out: &mut Vec<Output>) {
         let period_ms = self.config.gossip_every.as_millis() as u64;
-        if self.backlog() > before
-            && self.swim.num_members() > 0
-            && self
-                .last_push_ms
-                .is_none_or(|t| period_over(t, self.now_ms, period_ms))
-        {
-            self.last_push_ms = Some(self.now_ms);
+        let now_ms = self.now_ms;
+        self.pushes_ms
+            .retain(|t| !period_over(*t, now_ms, period_ms));
+        let news =
+            self.backlog() > before || out.iter().any(|o| matches!(o, Output::MembersChanged));
+        if news && self.swim.num_members() > 0 && self.pushes_ms.len() < PUSHES_PER_PERIOD {
+            self.pushes_ms.push(now_ms);
             let mut more = self.collect_once(|swim, rt| swim.gossip(&mut *rt).is_ok());
             out.append(&mut more);
         }

@@ -194,6 +194,12 @@ impl Cluster {
     /// Starts every member with `generation`, each already holding all others live (as if
     /// the cluster had converged, without the traffic of getting there) and every member as a
     /// seed.
+    ///
+    /// Each member's timers and first datagrams start at its own offset within one probe
+    /// period, drawn from the seed, as speakers started one by one run out of step. (Started
+    /// in the same instant, every member's probe round would end in the same microsecond for
+    /// the whole run: two members whose probes of a dead member failed together could never
+    /// hear of each other's suspicion first, which real speakers do.)
     pub fn start_converged(&mut self, generation: u64) {
         let seeds = self.seeds();
         let ids: Vec<SpeakerId> = (0..self.slots.len())
@@ -217,7 +223,10 @@ impl Cluster {
             slot.member = Some(m);
             slot.epoch += 1;
             slot.cancelled.clear();
-            self.apply(i, out);
+            let offset = self
+                .rng
+                .random_range(0..self.config.probe_period.as_micros().max(1) as u64);
+            self.apply_from(i, out, self.now_us + offset);
         }
     }
 
@@ -335,6 +344,11 @@ impl Cluster {
     }
 
     fn apply(&mut self, from: usize, out: Vec<Output>) {
+        self.apply_from(from, out, self.now_us);
+    }
+
+    /// [`Cluster::apply`] as if the outputs came at `at_us`, not now.
+    fn apply_from(&mut self, from: usize, out: Vec<Output>, at_us: u64) {
         for o in out {
             match o {
                 Output::Send { to, datagram } => {
@@ -348,11 +362,11 @@ impl Cluster {
                         self.lost += 1;
                         continue;
                     }
-                    let at = self.now_us + self.latency_us();
+                    let at = at_us + self.latency_us();
                     self.push(at, Event::Deliver { from, to, datagram });
                 }
                 Output::After { delay, timer } => {
-                    let at = self.now_us + delay.as_micros() as u64;
+                    let at = at_us + delay.as_micros() as u64;
                     if self.net.horizon.is_some_and(|h| at > h.as_micros() as u64) {
                         continue;
                     }

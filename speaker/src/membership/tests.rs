@@ -239,6 +239,76 @@ fn a_failed_probe_of_a_member_suspected_by_another_declares_it_down_without_a_se
 }
 
 #[test]
+fn a_death_reaches_most_members_within_a_few_hops_of_its_first_declaration() {
+    // 100 members: a member that hears of a death passes it on at once, even when it passed
+    // the suspicion of the same member on a moment before (the death then replaces the
+    // suspicion in foca's backlog, which stays as long as it was). A hop is at most 1 ms here,
+    // so the median member hears within a few; waiting for the next gossip round (100 ms)
+    // or probe (80 ms) at each member that had just passed the suspicion on is far slower.
+    let mut c = Cluster::new(
+        100,
+        MembershipConfig::default(),
+        key(7),
+        NetConfig::default(),
+    );
+    c.start_converged(1);
+    c.run_for(ms(2_000), |_, _, _, _| {});
+    let all: Vec<usize> = (0..100).collect();
+    let mut lags = Vec::new();
+    for kill in 0..10 {
+        let victim = (kill * 37) % 100;
+        c.kill(victim);
+        let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != victim).collect();
+        let mut seen =
+            times_seen_down(&mut c, &survivors, victim, ms(5_000)).expect("declared down");
+        seen.sort();
+        lags.push(seen[seen.len() / 2] - seen[0]);
+        let seeds = c.seeds();
+        c.start(victim, 2 + kill as u64, &seeds);
+        until_views(&mut c, &all, &names(&all), ms(10_000)).expect("back");
+        c.run_for(ms(1_000), |_, _, _, _| {});
+    }
+    lags.sort();
+    assert!(
+        lags[lags.len() / 2] <= ms(10),
+        "the median member heard of a death this long after the first declaration: {lags:?}"
+    );
+}
+
+#[test]
+fn members_started_converged_probe_out_of_step() {
+    // Speakers start one by one; their probe rounds are spread over the period (a member's
+    // first timer is its first probe round). In step, the probes of a dead member that failed in the same round could never confirm each other.
+    let mut c = Cluster::new(
+        30,
+        MembershipConfig::default(),
+        key(7),
+        NetConfig::default(),
+    );
+    c.start_converged(1);
+    let mut first_timer = BTreeMap::new();
+    for step in 0..200 {
+        c.run_for(ms(1), |_, _, _, _| {});
+        for i in 0..30 {
+            if c.timers_fired(i) > 0 {
+                first_timer.entry(i).or_insert(step);
+            }
+        }
+    }
+    let distinct: BTreeSet<_> = first_timer.values().collect();
+    assert_eq!(
+        first_timer.len(),
+        30,
+        "every member's timers ran: {first_timer:?}"
+    );
+    assert!(
+        distinct.len() >= 15,
+        "first timers fell in {} distinct milliseconds: {first_timer:?}",
+        distinct.len()
+    );
+}
+
+#[test]
 fn a_member_suspected_by_one_prober_only_is_declared_down_after_the_whole_suspicion() {
     // Two members cut off from each other: each is the other's only prober, with no helper,
     // and probes it every round. Its second failed probe confirms nothing: only its own
