@@ -299,8 +299,10 @@ fn run(n: usize, p: Params) -> Row {
         bytes_per_node_s: (bytes_total(&c) - bytes0) as f64 / per_node_s,
         datagrams_per_node_s: (datagrams_total(&c) - datagrams0) as f64 / per_node_s,
     });
+    let (asked, declared) = stale_counters(&c);
     eprintln!(
-        "n={n}: steady state done, wall {:.0} s",
+        "n={n}: steady state done, wall {:.0} s; stale suspicions so far: {asked} asked about, \
+         {declared} declared down after the asks",
         budget.start.elapsed().as_secs_f64()
     );
 
@@ -349,8 +351,21 @@ fn run(n: usize, p: Params) -> Row {
             budget.start.elapsed().as_secs_f64()
         );
     }
+    let (asked, declared) = stale_counters(&c);
+    eprintln!(
+        "n={n}: kills done; stale suspicions in all: {asked} asked about, {declared} declared \
+         down after the asks"
+    );
     row.wall = budget.start.elapsed();
     row
+}
+
+/// (stale suspicions asked about, of those declared down) summed over the running members.
+fn stale_counters(c: &Cluster) -> (u64, u64) {
+    (0..c.len())
+        .filter_map(|i| c.member(i))
+        .map(|m| (m.counters().stale_suspicions, m.counters().stale_declared_down))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
 fn detect(v: &[Duration]) -> String {

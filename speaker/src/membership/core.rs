@@ -145,6 +145,24 @@ pub const CONFIRMED_SUSPICION: Duration = Duration::ZERO;
 /// instead of about 1.5 ms).
 pub const PUSHES_PER_PERIOD: usize = 2;
 
+/// How long a member may stay suspect in this member's view, on another member's suspicion,
+/// before this member asks it directly: this many times [`suspicion_for`]. Past that the
+/// suspicion has ended everywhere else (the prober declared the member down, or the member
+/// refuted) and this member missed how: at 1,000 members and 5 % loss (`gossip_sim`, seed 3, 40
+/// kills) one member got none of the roughly 11,000 datagrams that carried one death and held
+/// its suspicion for 34 s, until its own probe rounds reached the dead member.
+pub const STALE_SUSPICION_FACTOR: u32 = 4;
+
+/// How many times a member asks a member whose suspicion went stale ([`STALE_SUSPICION_FACTOR`])
+/// before it declares it down itself: one ask per probe period, an announce whose reply (the
+/// suspect's feed) carries the suspect's incarnation, so a refutation this member missed ends
+/// the suspicion. A suspect that never refuted was declared down by its prober already.
+pub const STALE_ASKS: u8 = 3;
+
+/// How often a member looks for stale suspicions: at a probe round at least this long after
+/// the last look (no wake-up of its own; a look is one pass over foca's members).
+const STALE_SCAN_EVERY_MS: u64 = 250;
+
 /// Most down timers of this member's own failed probes remembered at once (one per probe
 /// round at most, each for one suspicion: about four with the default timing).
 const OWN_SUSPICIONS_MAX: usize = 64;
@@ -288,6 +306,18 @@ pub enum StateError {
     },
 }
 
+/// A member held suspect on another member's word ([`Membership::stale_suspicions`]).
+#[derive(Clone, Debug)]
+struct Stale {
+    id: SpeakerId,
+    incarnation: foca::Incarnation,
+    /// When this member first saw it suspect at `incarnation`, wall clock ms.
+    since_ms: u64,
+    /// Asks sent so far, the latest at `asked_ms`.
+    asks: u8,
+    asked_ms: u64,
+}
+
 /// Counters of the membership core.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MembershipCounters {
@@ -309,6 +339,11 @@ pub struct MembershipCounters {
     /// Failed probes of a member already suspected by another member: its down timer was
     /// shortened to [`CONFIRMED_SUSPICION`] (it may still refute before that fires).
     pub confirmed_suspicions: u64,
+    /// Suspicions held on another member's word that went stale and were asked about
+    /// ([`STALE_SUSPICION_FACTOR`]): one per suspect, however many asks it took.
+    pub stale_suspicions: u64,
+    /// Of those, suspects declared down by this member after [`STALE_ASKS`] unanswered asks.
+    pub stale_declared_down: u64,
     /// Times this member learnt it had been declared down while alive (a false positive, or a
     /// partition) and rejoined with the next generation.
     pub rejoined: u64,
@@ -457,6 +492,10 @@ pub struct Membership {
     /// suspected by us alone is not confirmed by our next probe of it (a small cluster may
     /// probe the same member twice in a row).
     own_suspicions: Vec<foca::Timer<SpeakerId>>,
+    /// Members held suspect on another member's word, with when this member first saw them so.
+    stale: Vec<Stale>,
+    /// When this member last looked for stale suspicions, wall clock ms.
+    stale_scan_ms: Option<u64>,
     /// When news was last gossiped at once ([`Membership::after_input`]), wall clock ms: at
     /// most [`PUSHES_PER_PERIOD`], the latest last.
     pushes_ms: Vec<u64>,
@@ -506,6 +545,8 @@ impl Membership {
             indirect_handled: None,
             probed: None,
             own_suspicions: Vec::new(),
+            stale: Vec::new(),
+            stale_scan_ms: None,
             pushes_ms: Vec::with_capacity(PUSHES_PER_PERIOD),
         }
     }
@@ -946,6 +987,7 @@ impl Membership {
                 let mut out = self.collect(|swim, rt| swim.handle_timer(t, &mut *rt).is_ok());
                 if probe_round {
                     self.note_suspicions(confirmable, &mut out);
+                    self.stale_suspicions(&mut out);
                 }
                 out
             }
@@ -1032,6 +1074,96 @@ impl Membership {
                 self.own_suspicions.remove(0);
             }
             self.own_suspicions.push(t.clone());
+        }
+    }
+
+    /// A backstop for a death or a refutation this member missed (SWIM has every member that
+    /// holds a suspicion time it out; foca times it out at the prober only). At a probe round,
+    /// at most every [`STALE_SCAN_EVERY_MS`]: a member held suspect on another's word for
+    /// [`STALE_SUSPICION_FACTOR`] suspicions is asked directly (an announce) once per probe
+    /// period; its reply carries its incarnation, so a refutation ends the suspicion here. After
+    /// [`STALE_ASKS`] asks with the suspicion unchanged, this member declares it down (and
+    /// passes that on), as its prober did long before.
+    ///
+    /// Costs one pass over foca's members per look, and datagrams only for a stale suspicion.
+    fn stale_suspicions(&mut self, out: &mut Vec<Output>) {
+        let now = self.now_ms;
+        // Once asking, every probe round: an ask per probe period.
+        let asking = self.stale.iter().any(|s| s.asks > 0);
+        if !asking
+            && self
+                .stale_scan_ms
+                .is_some_and(|t| !period_over(t, now, STALE_SCAN_EVERY_MS))
+        {
+            return;
+        }
+        self.stale_scan_ms = Some(now);
+        let suspects: Vec<(SpeakerId, foca::Incarnation)> = self
+            .swim
+            .iter_membership_state()
+            .filter(|m| m.state() == foca::State::Suspect)
+            .map(|m| (m.id().clone(), m.incarnation()))
+            .collect();
+        let ours = |id: &SpeakerId, own: &[foca::Timer<SpeakerId>]| {
+            own.iter().any(
+                |t| matches!(t, foca::Timer::ChangeSuspectToDown { member_id, .. } if member_id == id),
+            )
+        };
+        // Forget suspicions that ended (or moved to another incarnation: a new one starts).
+        self.stale.retain(|s| {
+            suspects
+                .iter()
+                .any(|(id, inc)| *id == s.id && *inc == s.incarnation)
+        });
+        for (id, incarnation) in suspects {
+            if ours(&id, &self.own_suspicions) || self.stale.iter().any(|s| s.id == id) {
+                continue;
+            }
+            self.stale.push(Stale {
+                id,
+                incarnation,
+                since_ms: now,
+                asks: 0,
+                asked_ms: 0,
+            });
+        }
+        let members = self.swim.num_members() + 1;
+        let stale_after = suspicion_for(members, &self.config).as_millis() as u64
+            * u64::from(STALE_SUSPICION_FACTOR);
+        let period = self.config.probe_period.as_millis() as u64;
+        let mut i = 0;
+        while i < self.stale.len() {
+            let s = &self.stale[i];
+            let due = if s.asks == 0 {
+                period_over(s.since_ms, now, stale_after)
+            } else {
+                period_over(s.asked_ms, now, period)
+            };
+            if !due || ours(&s.id, &self.own_suspicions) {
+                i += 1;
+                continue;
+            }
+            if s.asks < STALE_ASKS {
+                if s.asks == 0 {
+                    self.counters.stale_suspicions += 1;
+                }
+                let id = s.id.clone();
+                let s = &mut self.stale[i];
+                s.asks += 1;
+                s.asked_ms = now;
+                let mut more = self.collect(|swim, rt| swim.announce(id, &mut *rt).is_ok());
+                out.append(&mut more);
+                i += 1;
+            } else {
+                let s = self.stale.swap_remove(i);
+                self.counters.stale_declared_down += 1;
+                let down = foca::Member::new(s.id, s.incarnation, foca::State::Down);
+                let mut more = self.collect(|swim, rt| {
+                    swim.apply_many(std::iter::once(down), true, &mut *rt)
+                        .is_ok()
+                });
+                out.append(&mut more);
+            }
         }
     }
 

@@ -1114,3 +1114,173 @@ fn an_idle_member_wakes_for_its_probes_only_and_a_new_state_still_goes_out_at_on
         "seen by both within the first 10 ms step"
     );
 }
+
+// ---- a suspicion this member holds on another's word, after the rest moved on ----
+
+/// One member driven by hand: its timers fire in virtual time, what it sends is recorded
+/// (nothing answers it unless a test injects a datagram).
+struct Driven {
+    m: Membership,
+    now_ms: u64,
+    timers: Vec<(u64, super::core::Timer)>,
+    sent_to: Vec<(u64, SocketAddr)>,
+}
+
+impl Driven {
+    fn apply(&mut self, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::After { delay, timer } => self
+                    .timers
+                    .push((self.now_ms + delay.as_millis() as u64, timer)),
+                Output::Cancel { timer } => {
+                    if let Some(k) = self.timers.iter().position(|(_, t)| *t == timer) {
+                        self.timers.swap_remove(k);
+                    }
+                }
+                Output::Send { to, .. } => self.sent_to.push((self.now_ms, to)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Fires every timer due until `until_ms`, in order.
+    fn run_until(&mut self, until_ms: u64) {
+        while let Some(k) = (0..self.timers.len())
+            .filter(|k| self.timers[*k].0 <= until_ms)
+            .min_by_key(|k| self.timers[*k].0)
+        {
+            let (at, timer) = self.timers.swap_remove(k);
+            self.now_ms = at;
+            self.m.set_time(at);
+            let out = self.m.handle_timer(timer);
+            self.apply(out);
+        }
+        self.now_ms = until_ms;
+        self.m.set_time(until_ms);
+    }
+
+    fn receive(&mut self, datagram: &[u8]) {
+        let out = self.m.handle_datagram(datagram);
+        self.apply(out);
+    }
+}
+
+fn id(i: usize) -> SpeakerId {
+    SpeakerId {
+        node: Cluster::name(i),
+        addr: Cluster::addr(i),
+        generation: 1,
+    }
+}
+
+/// A foca datagram from member `from` to member 0 carrying `updates`.
+fn swim_datagram(
+    from: usize,
+    incarnation: foca::Incarnation,
+    message: foca::Message<SpeakerId>,
+    updates: &[foca::Member<SpeakerId>],
+) -> Vec<u8> {
+    use foca::Codec;
+    let header = foca::Header {
+        src: id(from),
+        src_incarnation: incarnation,
+        dst: id(0),
+        message,
+    };
+    let mut payload = Vec::new();
+    foca::PostcardCodec
+        .encode_header(&header, &mut payload)
+        .unwrap();
+    payload.extend_from_slice(&(updates.len() as u16).to_be_bytes());
+    for u in updates {
+        foca::PostcardCodec.encode_member(u, &mut payload).unwrap();
+    }
+    sealed(Channel::Swim, &payload)
+}
+
+/// Member 0 of 500, holding member 2 suspect on member 1's word from 0 ms on. Member 0 gets
+/// no answer from anyone: its own probes fail, so member 2 must be one it does not probe in
+/// the time the test runs (its probe would confirm the suspicion another way).
+fn holding_a_suspicion() -> Driven {
+    let mut d = Driven {
+        m: member_at(0),
+        now_ms: 0,
+        timers: Vec::new(),
+        sent_to: Vec::new(),
+    };
+    d.m.set_time(0);
+    let out = d.m.assume_live((1..500).map(id).collect());
+    d.apply(out);
+    let suspect = foca::Member::new(id(2), 0, foca::State::Suspect);
+    d.receive(&swim_datagram(1, 0, foca::Message::Gossip, &[suspect]));
+    assert!(d.m.is_live(&Cluster::name(2)), "suspect, not down yet");
+    d
+}
+
+#[test]
+fn a_member_that_missed_a_death_declares_it_down_itself_once_its_suspicion_is_stale() {
+    let mut d = holding_a_suspicion();
+    let suspicion = super::core::suspicion_for(500, &MembershipConfig::default());
+    let stale = suspicion.as_millis() as u64 * u64::from(super::core::STALE_SUSPICION_FACTOR);
+    let mut down_at = None;
+    for t in (10..=5_000).step_by(10) {
+        d.run_until(t);
+        if !d.m.is_live(&Cluster::name(2)) {
+            down_at = Some(t);
+            break;
+        }
+    }
+    let down_at = down_at.expect("still suspect after 5 s");
+    // Before it went stale, datagrams to the suspect are news passed on (the suspicion).
+    let asks: Vec<u64> = d
+        .sent_to
+        .iter()
+        .filter(|(t, to)| *to == Cluster::addr(2) && *t >= stale)
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(
+        asks.len(),
+        usize::from(super::core::STALE_ASKS),
+        "asked the suspect directly before: {asks:?}"
+    );
+    let period = MembershipConfig::default().probe_period.as_millis() as u64;
+    assert!(
+        asks.windows(2).all(|w| w[1] - w[0] == period),
+        "one ask per probe period: {asks:?}"
+    );
+    assert!(
+        down_at > *asks.last().unwrap() && down_at <= stale + 500 + 4 * period,
+        "declared down at {down_at} ms (stale at {stale} ms, asked at {asks:?})"
+    );
+    let c = d.m.counters();
+    assert_eq!((c.stale_suspicions, c.stale_declared_down), (1, 1));
+}
+
+#[test]
+fn a_stale_suspicion_ends_when_the_suspect_answers_with_its_refutation() {
+    let mut d = holding_a_suspicion();
+    let suspicion = super::core::suspicion_for(500, &MembershipConfig::default());
+    let stale = suspicion.as_millis() as u64 * u64::from(super::core::STALE_SUSPICION_FACTOR);
+    let mut answered = false;
+    for t in (10..=5_000).step_by(10) {
+        d.run_until(t);
+        let asked = d
+            .sent_to
+            .iter()
+            .any(|(at, to)| *to == Cluster::addr(2) && *at >= stale);
+        if !answered && asked {
+            // The suspect had refuted (incarnation 1); this member missed it. Its answer to
+            // the ask carries it.
+            d.receive(&swim_datagram(2, 1, foca::Message::Feed, &[]));
+            answered = true;
+        }
+    }
+    assert!(answered, "the suspect was never asked");
+    assert!(
+        d.m.is_live(&Cluster::name(2)),
+        "a refuted suspect was declared down"
+    );
+    let c = d.m.counters();
+    assert_eq!((c.stale_suspicions, c.stale_declared_down), (1, 0));
+}
