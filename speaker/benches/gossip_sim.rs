@@ -364,7 +364,12 @@ fn run(n: usize, p: Params) -> Row {
 fn stale_counters(c: &Cluster) -> (u64, u64) {
     (0..c.len())
         .filter_map(|i| c.member(i))
-        .map(|m| (m.counters().stale_suspicions, m.counters().stale_declared_down))
+        .map(|m| {
+            (
+                m.counters().stale_suspicions,
+                m.counters().stale_declared_down,
+            )
+        })
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 

@@ -480,9 +480,14 @@ impl SyncLoop<'_> {
                     warn!(error = %e, "cannot publish the addresses this node cannot answer for");
                 }
             }
+            let counters = link.gossip.counters();
             ferrolb_speaker::shell::metrics::advance(
                 &self.metrics.gossip_auth_failures,
-                link.gossip.counters().auth_failures_total(),
+                counters.auth_failures_total(),
+            );
+            ferrolb_speaker::shell::metrics::advance(
+                &self.metrics.gossip_stale_suspicions,
+                counters.stale_suspicions,
             );
         }
         if self.liveness.take_reannounce(Instant::now()) {

@@ -107,6 +107,9 @@ pub struct Metrics {
     pub gossip_members: Gauge,
     /// Gossip datagrams refused by authentication.
     pub gossip_auth_failures: Counter,
+    /// Suspicions of another member this speaker held on someone else's word until they went
+    /// stale (a death or a refutation it missed), and asked the suspect about.
+    pub gossip_stale_suspicions: Counter,
     /// 1 while another side of a gossip partition holds the layer-2 addresses (a fresh view on
     /// the API server leaves this speaker out) and it keeps only what that side cannot hold.
     pub l2_fenced: Gauge,
@@ -200,6 +203,11 @@ impl Metrics {
             "gossip_auth_failures",
             "Gossip datagrams refused by authentication",
             self.gossip_auth_failures.clone(),
+        );
+        r.register(
+            "gossip_stale_suspicions",
+            "Suspicions held on another speaker's word that went stale (a death or refutation missed) and were asked about",
+            self.gossip_stale_suspicions.clone(),
         );
         r.register(
             "layer2_cannot_answer_addresses",
