@@ -22,6 +22,14 @@ fn names(ids: &[usize]) -> BTreeSet<String> {
     ids.iter().map(|i| Cluster::name(*i)).collect()
 }
 
+/// A cluster of `n` members with the default timing on the default network, started
+/// converged ([`Cluster::start_converged`]).
+fn converged(n: usize) -> Cluster {
+    let mut c = Cluster::new(n, MembershipConfig::default(), key(7), NetConfig::default());
+    c.start_converged(1);
+    c
+}
+
 /// A cluster of `n` members, all started at once with every member as a seed.
 fn cluster(n: usize) -> Cluster {
     cluster_on(n, NetConfig::default())
@@ -197,6 +205,29 @@ fn times_seen_down(
     Some(seen.into_values().collect())
 }
 
+/// Kills `kills` members of the `n` in `c` one after the other (`stride` apart), each time
+/// handing `seen` the times its survivors saw it down (as [`times_seen_down`]), then starts it
+/// again with its next generation and lets the cluster settle.
+fn kill_each(
+    c: &mut Cluster,
+    n: usize,
+    kills: usize,
+    stride: usize,
+    mut seen: impl FnMut(Vec<Duration>),
+) {
+    let all: Vec<usize> = (0..n).collect();
+    for kill in 0..kills {
+        let victim = (kill * stride) % n;
+        c.kill(victim);
+        let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != victim).collect();
+        seen(times_seen_down(c, &survivors, victim, ms(5_000)).expect("declared down"));
+        let seeds = c.seeds();
+        c.start(victim, 2 + kill as u64, &seeds);
+        until_views(c, &all, &names(&all), ms(10_000)).expect("back");
+        c.run_for(ms(1_000), |_, _, _, _| {});
+    }
+}
+
 #[test]
 fn a_failed_probe_of_a_member_suspected_by_another_declares_it_down_without_a_second_suspicion() {
     // 30 members: the suspicion stays at the configured 150 ms. Without confirmations every
@@ -213,17 +244,9 @@ fn a_failed_probe_of_a_member_suspected_by_another_declares_it_down_without_a_se
     c.run_for(ms(2_000), |_, _, _, _| {});
     let all: Vec<usize> = (0..30).collect();
     let mut everybody = Vec::new();
-    for kill in 0..40 {
-        let victim = (kill * 7) % 30;
-        c.kill(victim);
-        let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != victim).collect();
-        let seen = times_seen_down(&mut c, &survivors, victim, ms(5_000)).expect("declared down");
-        everybody.push(seen.into_iter().max().unwrap());
-        let seeds = c.seeds();
-        c.start(victim, 2 + kill as u64, &seeds);
-        until_views(&mut c, &all, &names(&all), ms(10_000)).expect("back");
-        c.run_for(ms(1_000), |_, _, _, _| {});
-    }
+    kill_each(&mut c, 30, 40, 7, |seen| {
+        everybody.push(seen.into_iter().max().unwrap())
+    });
     let sooner = everybody.iter().filter(|t| **t < unconfirmed).count();
     let confirmed: u64 = all
         .iter()
@@ -245,29 +268,13 @@ fn a_death_reaches_most_members_within_a_few_hops_of_its_first_declaration() {
     // suspicion in foca's backlog, which stays as long as it was). A hop is at most 1 ms here,
     // so the median member hears within a few; waiting for the next gossip round (100 ms)
     // or probe (80 ms) at each member that had just passed the suspicion on is far slower.
-    let mut c = Cluster::new(
-        100,
-        MembershipConfig::default(),
-        key(7),
-        NetConfig::default(),
-    );
-    c.start_converged(1);
+    let mut c = converged(100);
     c.run_for(ms(2_000), |_, _, _, _| {});
-    let all: Vec<usize> = (0..100).collect();
     let mut lags = Vec::new();
-    for kill in 0..10 {
-        let victim = (kill * 37) % 100;
-        c.kill(victim);
-        let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != victim).collect();
-        let mut seen =
-            times_seen_down(&mut c, &survivors, victim, ms(5_000)).expect("declared down");
+    kill_each(&mut c, 100, 10, 37, |mut seen| {
         seen.sort();
         lags.push(seen[seen.len() / 2] - seen[0]);
-        let seeds = c.seeds();
-        c.start(victim, 2 + kill as u64, &seeds);
-        until_views(&mut c, &all, &names(&all), ms(10_000)).expect("back");
-        c.run_for(ms(1_000), |_, _, _, _| {});
-    }
+    });
     lags.sort();
     assert!(
         lags[lags.len() / 2] <= ms(10),
@@ -278,14 +285,9 @@ fn a_death_reaches_most_members_within_a_few_hops_of_its_first_declaration() {
 #[test]
 fn members_started_converged_probe_out_of_step() {
     // Speakers start one by one; their probe rounds are spread over the period (a member's
-    // first timer is its first probe round). In step, the probes of a dead member that failed in the same round could never confirm each other.
-    let mut c = Cluster::new(
-        30,
-        MembershipConfig::default(),
-        key(7),
-        NetConfig::default(),
-    );
-    c.start_converged(1);
+    // first timer is its first probe round). In step, the probes of a dead member that failed
+    // in the same round could never confirm each other.
+    let mut c = converged(30);
     let mut first_timer = BTreeMap::new();
     for step in 0..200 {
         c.run_for(ms(1), |_, _, _, _| {});
@@ -712,13 +714,7 @@ fn fifty_members_started_together_converge_with_one_percent_loss() {
 
 #[test]
 fn a_cluster_started_converged_stays_converged_and_quiet() {
-    let mut c = Cluster::new(
-        30,
-        MembershipConfig::default(),
-        key(7),
-        NetConfig::default(),
-    );
-    c.start_converged(1);
+    let mut c = converged(30);
     let all: Vec<usize> = (0..30).collect();
     assert!(until_views(&mut c, &all, &names(&all), ms(0)).is_some());
     c.run_for(ms(10_000), |_, _, _, _| {});
@@ -1201,8 +1197,9 @@ fn swim_datagram(
 
 /// Member 0 of 500, holding member 2 suspect on member 1's word from 0 ms on. Member 0 gets
 /// no answer from anyone: its own probes fail, so member 2 must be one it does not probe in
-/// the time the test runs (its probe would confirm the suspicion another way).
-fn holding_a_suspicion() -> Driven {
+/// the time the test runs (its probe would confirm the suspicion another way). With when, in
+/// ms, that suspicion goes stale ([`super::core::STALE_SUSPICION_FACTOR`]).
+fn holding_a_suspicion() -> (Driven, u64) {
     let mut d = Driven {
         m: member_at(0),
         now_ms: 0,
@@ -1215,14 +1212,14 @@ fn holding_a_suspicion() -> Driven {
     let suspect = foca::Member::new(id(2), 0, foca::State::Suspect);
     d.receive(&swim_datagram(1, 0, foca::Message::Gossip, &[suspect]));
     assert!(d.m.is_live(&Cluster::name(2)), "suspect, not down yet");
-    d
+    let suspicion = super::core::suspicion_for(500, &MembershipConfig::default());
+    let stale = suspicion.as_millis() as u64 * u64::from(super::core::STALE_SUSPICION_FACTOR);
+    (d, stale)
 }
 
 #[test]
 fn a_member_that_missed_a_death_declares_it_down_itself_once_its_suspicion_is_stale() {
-    let mut d = holding_a_suspicion();
-    let suspicion = super::core::suspicion_for(500, &MembershipConfig::default());
-    let stale = suspicion.as_millis() as u64 * u64::from(super::core::STALE_SUSPICION_FACTOR);
+    let (mut d, stale) = holding_a_suspicion();
     let mut down_at = None;
     for t in (10..=5_000).step_by(10) {
         d.run_until(t);
@@ -1259,9 +1256,7 @@ fn a_member_that_missed_a_death_declares_it_down_itself_once_its_suspicion_is_st
 
 #[test]
 fn a_stale_suspicion_ends_when_the_suspect_answers_with_its_refutation() {
-    let mut d = holding_a_suspicion();
-    let suspicion = super::core::suspicion_for(500, &MembershipConfig::default());
-    let stale = suspicion.as_millis() as u64 * u64::from(super::core::STALE_SUSPICION_FACTOR);
+    let (mut d, stale) = holding_a_suspicion();
     let mut answered = false;
     for t in (10..=5_000).step_by(10) {
         d.run_until(t);
