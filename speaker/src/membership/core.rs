@@ -311,11 +311,11 @@ pub enum StateError {
 struct Stale {
     id: SpeakerId,
     incarnation: foca::Incarnation,
-    /// When this member first saw it suspect at `incarnation`, wall clock ms.
-    since_ms: u64,
-    /// Asks sent so far, the latest at `asked_ms`.
+    /// Asks sent so far.
     asks: u8,
-    asked_ms: u64,
+    /// Wall clock ms: when this member first saw it suspect at `incarnation` before the first
+    /// ask, when it last asked after.
+    at_ms: u64,
 }
 
 /// Counters of the membership core.
@@ -1020,13 +1020,17 @@ impl Membership {
         }
     }
 
+    /// Whether a down timer of this member's own failed probe runs for `id`.
+    fn suspects_it_itself(&self, id: &SpeakerId) -> bool {
+        self.own_suspicions.iter().any(
+            |t| matches!(t, foca::Timer::ChangeSuspectToDown { member_id, .. } if member_id == id),
+        )
+    }
+
     /// `id` and the incarnation it is suspect at, when it is suspect in this member's view and
     /// no down timer of ours runs for it (so the suspicion is another member's).
     fn suspected_by_another(&self, id: SpeakerId) -> Option<(SpeakerId, foca::Incarnation)> {
-        let ours = self.own_suspicions.iter().any(
-            |t| matches!(t, foca::Timer::ChangeSuspectToDown { member_id, .. } if *member_id == id),
-        );
-        if ours {
+        if self.suspects_it_itself(&id) {
             return None;
         }
         let incarnation = self
@@ -1104,11 +1108,6 @@ impl Membership {
             .filter(|m| m.state() == foca::State::Suspect)
             .map(|m| (m.id().clone(), m.incarnation()))
             .collect();
-        let ours = |id: &SpeakerId, own: &[foca::Timer<SpeakerId>]| {
-            own.iter().any(
-                |t| matches!(t, foca::Timer::ChangeSuspectToDown { member_id, .. } if member_id == id),
-            )
-        };
         // Forget suspicions that ended (or moved to another incarnation: a new one starts).
         self.stale.retain(|s| {
             suspects
@@ -1116,15 +1115,14 @@ impl Membership {
                 .any(|(id, inc)| *id == s.id && *inc == s.incarnation)
         });
         for (id, incarnation) in suspects {
-            if ours(&id, &self.own_suspicions) || self.stale.iter().any(|s| s.id == id) {
+            if self.suspects_it_itself(&id) || self.stale.iter().any(|s| s.id == id) {
                 continue;
             }
             self.stale.push(Stale {
                 id,
                 incarnation,
-                since_ms: now,
+                at_ms: now,
                 asks: 0,
-                asked_ms: 0,
             });
         }
         let members = self.swim.num_members() + 1;
@@ -1134,12 +1132,9 @@ impl Membership {
         let mut i = 0;
         while i < self.stale.len() {
             let s = &self.stale[i];
-            let due = if s.asks == 0 {
-                period_over(s.since_ms, now, stale_after)
-            } else {
-                period_over(s.asked_ms, now, period)
-            };
-            if !due || ours(&s.id, &self.own_suspicions) {
+            let wait = if s.asks == 0 { stale_after } else { period };
+            let due = period_over(s.at_ms, now, wait);
+            if !due || self.suspects_it_itself(&s.id) {
                 i += 1;
                 continue;
             }
@@ -1150,7 +1145,7 @@ impl Membership {
                 let id = s.id.clone();
                 let s = &mut self.stale[i];
                 s.asks += 1;
-                s.asked_ms = now;
+                s.at_ms = now;
                 let mut more = self.collect(|swim, rt| swim.announce(id, &mut *rt).is_ok());
                 out.append(&mut more);
                 i += 1;
