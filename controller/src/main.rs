@@ -9,7 +9,8 @@
 //!        ├─ events::EventQueue::run  (Events, 2 at a time, coalesced by Service and reason)
 //!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
 //!                 pass(changed Services) per batch of changes; pass(Resync) every 30 s (what
-//!                 is not in order at its cached version), pass(All) when a
+//!                 is not in order at its cached version; with no Service event since the
+//!                 last look over all, only what it found and passes touched), pass(All) when a
 //!                 namespace or a pool's spec changes; every write re-checks leadership
 //! ```
 
@@ -342,6 +343,9 @@ impl Assigner {
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
+            // Counted before the cache is read (the watch counts an event after the cache
+            // holds it): a look that misses an event sees the count move.
+            let cache_changes = self.queue.changes();
             let batch = self.queue.take();
             let mut keys = report.retry;
             keys.extend(batch.services);
@@ -353,7 +357,7 @@ impl Assigner {
                 // The safety net: what is not in order at the version the cache shows
                 // (the batch's Services among them: their versions changed).
                 last_full = Instant::now();
-                Scope::Resync
+                Scope::Resync { cache_changes }
             } else if batch.config {
                 Scope::Config(keys)
             } else {

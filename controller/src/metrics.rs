@@ -62,6 +62,9 @@ pub struct Metrics {
     pub services_reconciled: Counter,
     /// Periodic safety-net passes run.
     pub periodic_passes: Counter,
+    /// Services the periodic safety net looked up (every cached one in a full look, only
+    /// what may have changed in a narrowed one).
+    pub periodic_lookups: Counter,
     /// Events dropped because the Event queue was full (the API server is far behind).
     pub events_dropped: Counter,
     /// 1 while this replica leads.
@@ -113,6 +116,11 @@ impl Metrics {
             "controller_periodic_passes",
             "Periodic safety-net passes run (each reconciles what is not in order)",
             self.periodic_passes.clone(),
+        );
+        registry.register(
+            "controller_periodic_lookups",
+            "Services the periodic safety net looked up (all of them only when the cache changed since its last full look, or one look in ten)",
+            self.periodic_lookups.clone(),
         );
         registry.register(
             "events_dropped",

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 
@@ -33,6 +34,8 @@ struct Inner {
 pub struct WorkQueue {
     inner: Mutex<Inner>,
     notify: Notify,
+    /// Every [`WorkQueue::add`] ever made, recorded or not.
+    added: AtomicU64,
 }
 
 impl WorkQueue {
@@ -42,12 +45,21 @@ impl WorkQueue {
     }
 
     /// Records that `key` changed (once, however often it is called before the next take).
+    /// Every call is counted ([`WorkQueue::changes`]), whether it is recorded or not.
     pub fn add(&self, key: ServiceKey) {
+        self.added.fetch_add(1, Ordering::SeqCst);
         let mut inner = self.inner.lock().expect("queue lock");
         if inner.accepting && inner.batch.services.insert(key) {
             drop(inner);
             self.notify.notify_one();
         }
+    }
+
+    /// How many times [`WorkQueue::add`] was called, ever: the safety net's sign that a
+    /// Service's cached object changed, counted before any deduplication, leadership or
+    /// batching could lose the change.
+    pub fn changes(&self) -> u64 {
+        self.added.load(Ordering::SeqCst)
     }
 
     /// Records that every Service must be looked at.
@@ -147,6 +159,17 @@ mod tests {
         q.add_everything();
         q.set_accepting(false);
         assert_eq!(q.take(), Batch::default());
+    }
+
+    #[test]
+    fn every_change_is_counted_even_by_a_standby_and_after_deduplication() {
+        let q = WorkQueue::new();
+        q.add(key("a"));
+        q.set_accepting(true);
+        q.add(key("a"));
+        q.add(key("a"));
+        assert_eq!(q.changes(), 3);
+        assert_eq!(q.take().services.len(), 1);
     }
 
     #[tokio::test]

@@ -127,6 +127,56 @@ struct Memo {
 /// Status writes in flight at once.
 pub const WRITES_AT_ONCE: usize = 16;
 
+/// Of the safety net's looks, one in this many is over every cached Service even when the
+/// cache has not changed since the last such look (with the default 30 s period, every 5
+/// minutes): a defence against a change to the controller's own records that no pass
+/// accounted for. The others cost what changed.
+pub const FULL_LOOK_EVERY: u32 = 10;
+
+/// What the safety net ([`Scope::Resync`]) knows from its last look over every cached
+/// Service. Between two looks the cache changes only through the watch (counted), and the
+/// controller's own records (`memo`, the allocator) only for the Services a pass looks at
+/// (recorded here) or in a pass over every Service (which forgets the look). So when the
+/// watch delivered nothing since that look, a Service it found in order and no pass has
+/// looked at since is still in order, and the next look need only go over the others.
+#[derive(Debug, Default)]
+struct SafetyNet {
+    /// The watch's Service event count at the last look over every cached Service, and the
+    /// narrowed looks since; `None` until the first, and after a pass over every Service.
+    full: Option<(u64, u32)>,
+    /// What the last look found not in order, and every Service looked at since.
+    since: BTreeSet<ServiceKey>,
+}
+
+impl SafetyNet {
+    /// Whether the look at `cache_changes` may be narrowed to [`SafetyNet::since`]; records
+    /// the look either way.
+    fn narrow(&mut self, cache_changes: u64) -> bool {
+        match &mut self.full {
+            Some((seen, looks)) if *seen == cache_changes && *looks + 1 < FULL_LOOK_EVERY => {
+                *looks += 1;
+                true
+            }
+            _ => {
+                self.full = Some((cache_changes, 0));
+                false
+            }
+        }
+    }
+
+    /// A pass looked at `keys` (their records may have changed).
+    fn looked_at(&mut self, keys: impl Iterator<Item = ServiceKey>) {
+        if self.full.is_some() {
+            self.since.extend(keys);
+        }
+    }
+
+    /// A pass over every Service: records of any Service may have changed.
+    fn forget(&mut self) {
+        *self = Self::default();
+    }
+}
+
 /// Failed status writes in a row after which a `StatusWriteFailed` Event is emitted.
 pub const EVENT_AFTER_FAILURES: u32 = 5;
 
@@ -173,11 +223,20 @@ pub enum Scope {
     All,
     /// The periodic safety net: every Service but those found in order at the version the
     /// cache still shows ([`Memo`]'s `settled`), and those known here that the cache no longer
-    /// has. Its cost is a lookup per Service plus a reconcile per one not in order, not a
-    /// reconcile per Service: pools, namespaces and configuration did not change (those make
-    /// [`Scope::All`]), so a Service whose object did not change either has nothing new to
-    /// look at; one refused, backing off or being released is never settled.
-    Resync,
+    /// has. Pools, namespaces and configuration did not change (those make [`Scope::All`]),
+    /// so a Service whose object did not change either has nothing new to look at; one
+    /// refused, backing off or being released is never settled.
+    ///
+    /// `cache_changes` is how many Service events the watch has delivered so far (counted
+    /// where they arrive, before anything can drop them; read before the pass reads the
+    /// cache). When it is what it was at the last look over every cached Service, the cache
+    /// is as that look saw it, and the look is narrowed to what that look found and what
+    /// passes have looked at since ([`SafetyNet`]): its cost is what changed, not a lookup per
+    /// Service. Every [`FULL_LOOK_EVERY`]th look is over every Service whatever the count says.
+    Resync {
+        /// Service events delivered by the watch so far.
+        cache_changes: u64,
+    },
     /// Only these (their object changed, or a write for them failed).
     Services(BTreeSet<ServiceKey>),
     /// Configuration objects changed, and these Services: pools are checked again (a new,
@@ -205,6 +264,8 @@ pub struct Controller {
     /// The pools (name, generation) `pools_in` was computed from.
     pools_seen: Vec<(String, Option<i64>)>,
     memo: HashMap<ServiceKey, Memo>,
+    /// What the safety net may skip.
+    safety_net: SafetyNet,
     /// Addresses exported in `ferrolb_service_address_assigned`, per Service.
     exported: HashMap<ServiceKey, Vec<String>>,
     /// Services backing off after failed writes, by when they may be tried again.
@@ -272,6 +333,7 @@ impl Controller {
             pools_in,
             pools_seen: Vec::new(),
             memo: HashMap::new(),
+            safety_net: SafetyNet::default(),
             exported: HashMap::new(),
             backoff: BTreeSet::new(),
             waiting_for_server: BTreeSet::new(),
@@ -295,7 +357,7 @@ impl Controller {
     /// the same pass; Services backing off until after `now` are left for later.
     pub async fn pass(&mut self, stores: &Stores, scope: Scope, now: Instant) -> PassReport {
         let pools = stores.pools.state();
-        let config = matches!(scope, Scope::All | Scope::Resync | Scope::Config(_));
+        let config = matches!(scope, Scope::All | Scope::Resync { .. } | Scope::Config(_));
         let mut scope = match scope {
             Scope::Config(keys) => Scope::Services(keys),
             other => other,
@@ -318,7 +380,7 @@ impl Controller {
                 scope = Scope::All;
             }
         }
-        let full = matches!(scope, Scope::All | Scope::Resync);
+        let full = matches!(scope, Scope::All | Scope::Resync { .. });
         let mut queue = self.keys_in(stores, scope);
         let mut visits: HashMap<ServiceKey, u8> = HashMap::new();
         let mut writes = Vec::new();
@@ -359,13 +421,15 @@ impl Controller {
         for key in visits.keys() {
             self.export_assignment(key);
         }
+        let visited = !visits.is_empty();
+        self.safety_net.looked_at(visits.into_keys());
         let mut report = self.apply(writes, now).await;
         report.next_retry = self.backoff.first().map(|(at, _)| *at);
         if full || config {
             let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
             self.write_config_status(stores, &pool_objs).await;
             self.update_metrics(&pool_objs);
-        } else if !visits.is_empty() {
+        } else if visited {
             // Addresses taken or given back show in the pools' use at once, not at the next
             // periodic pass: the metrics (in memory), and the status of each pool whose counts
             // changed (a write per pool that changed, not per Service).
@@ -385,24 +449,30 @@ impl Controller {
     fn keys_in(&mut self, stores: &Stores, scope: Scope) -> BTreeSet<ServiceKey> {
         match scope {
             Scope::Services(keys) | Scope::Config(keys) => keys,
-            Scope::Resync => {
+            Scope::Resync { cache_changes } => {
                 self.metrics.periodic_passes.inc();
-                let services = stores.services.state();
-                let cached = |k: &ServiceKey| {
+                let cache = |k: &ServiceKey| {
                     stores
                         .services
                         .get(&ObjectRef::new(&k.name).within(&k.namespace))
-                        .is_some()
                 };
-                let keys = unsettled(&services, &self.memo, self.allocator.services(), cached);
-                debug!(
-                    services = services.len(),
-                    unsettled = keys.len(),
-                    "periodic pass"
-                );
+                let narrowed = self.safety_net.narrow(cache_changes);
+                let keys = if narrowed {
+                    let among = std::mem::take(&mut self.safety_net.since);
+                    self.metrics.periodic_lookups.inc_by(among.len() as u64);
+                    unsettled_among(among, &self.memo, |k| self.allocator.has_record(k), cache)
+                } else {
+                    let services = stores.services.state();
+                    self.metrics.periodic_lookups.inc_by(services.len() as u64);
+                    let cached = |k: &ServiceKey| cache(k).is_some();
+                    unsettled(&services, &self.memo, self.allocator.services(), cached)
+                };
+                debug!(narrowed, unsettled = keys.len(), "periodic pass");
+                self.safety_net.since.clone_from(&keys);
                 keys
             }
             Scope::All => {
+                self.safety_net.forget();
                 let mut keys: BTreeSet<ServiceKey> = stores
                     .services
                     .state()
@@ -1027,10 +1097,7 @@ fn unsettled<'a>(
     for svc in services {
         let found = memo.get(&**svc as &dyn ferrolb_api::service::KeyRef);
         remembered += usize::from(found.is_some());
-        let settled = found
-            .and_then(|m| m.settled.as_ref())
-            .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv));
-        if !settled {
+        if !settled(found, svc) {
             keys.insert(service_key(svc));
         }
     }
@@ -1042,6 +1109,30 @@ fn unsettled<'a>(
             .cloned(),
     );
     keys
+}
+
+/// Of `among`, the Services [`unsettled`] would find: a cached one not settled at the version
+/// the cache (`cache`) shows, and one no longer cached that `memo` remembers or the allocator
+/// holds (`held`).
+fn unsettled_among(
+    among: BTreeSet<ServiceKey>,
+    memo: &HashMap<ServiceKey, Memo>,
+    held: impl Fn(&ServiceKey) -> bool,
+    cache: impl Fn(&ServiceKey) -> Option<Arc<Service>>,
+) -> BTreeSet<ServiceKey> {
+    among
+        .into_iter()
+        .filter(|key| match cache(key) {
+            Some(svc) => !settled(memo.get(key), &svc),
+            None => memo.contains_key(key) || held(key),
+        })
+        .collect()
+}
+
+/// Whether `svc` was found in order at the version it shows now.
+fn settled(memo: Option<&Memo>, svc: &Service) -> bool {
+    memo.and_then(|m| m.settled.as_ref())
+        .is_some_and(|rv| svc.metadata.resource_version.as_ref() == Some(rv))
 }
 
 /// The summary entries of one configuration object's errors.
@@ -1252,6 +1343,82 @@ mod tests {
                 "other/held-only"
             ]
         );
+    }
+
+    #[test]
+    fn a_narrowed_look_finds_among_the_services_it_is_given_what_a_full_look_finds() {
+        let services = vec![
+            cached("default", "same", "10"),
+            cached("default", "changed", "12"),
+            cached("default", "refused", "7"),
+            cached("default", "new", "3"),
+        ];
+        let memo: HashMap<ServiceKey, Memo> = [
+            (ServiceKey::new("default", "same"), settled_at("10")),
+            (ServiceKey::new("default", "changed"), settled_at("11")),
+            (ServiceKey::new("default", "refused"), Memo::default()),
+            (ServiceKey::new("default", "deleted"), settled_at("5")),
+        ]
+        .into();
+        let held = [
+            ServiceKey::new("default", "same"),
+            ServiceKey::new("default", "deleted"),
+            ServiceKey::new("other", "held-only"),
+            ServiceKey::new("other", "cached-and-held"),
+        ];
+        let cache = |k: &ServiceKey| services.iter().find(|s| service_key(s) == *k).cloned();
+        let full = unsettled(&services, &memo, held.iter(), |k| cache(k).is_some());
+        let every: BTreeSet<ServiceKey> = (services.iter().map(|s| service_key(s)))
+            .chain(memo.keys().cloned())
+            .chain(held.iter().cloned())
+            .chain([ServiceKey::new("other", "never-known")])
+            .collect();
+        let among = unsettled_among(every, &memo, |k| held.contains(k), cache);
+        assert_eq!(among, full);
+        let some: BTreeSet<ServiceKey> = [
+            ServiceKey::new("default", "same"),
+            ServiceKey::new("default", "refused"),
+        ]
+        .into();
+        let among = unsettled_among(some, &memo, |k| held.contains(k), cache);
+        assert_eq!(among, [ServiceKey::new("default", "refused")].into());
+    }
+
+    #[test]
+    fn the_safety_net_narrows_a_look_only_while_the_watch_has_delivered_nothing_since_the_last_full_one()
+     {
+        let mut net = SafetyNet::default();
+        assert!(!net.narrow(5), "the first look is over every Service");
+        net.since = [ServiceKey::new("a", "refused")].into();
+        net.looked_at([ServiceKey::new("a", "touched")].into_iter());
+        assert!(net.narrow(5));
+        let since: Vec<String> = net.since.iter().map(ToString::to_string).collect();
+        assert_eq!(since, ["a/refused", "a/touched"]);
+        assert!(!net.narrow(6), "a Service event since: every Service again");
+        assert!(net.narrow(6));
+        net.forget();
+        assert!(
+            !net.narrow(6),
+            "a pass over every Service: the next look is full"
+        );
+    }
+
+    #[test]
+    fn one_look_in_ten_is_over_every_service_even_when_nothing_changed() {
+        let mut net = SafetyNet::default();
+        let full: Vec<bool> = (0..3 * FULL_LOOK_EVERY).map(|_| !net.narrow(1)).collect();
+        let at: Vec<usize> = (full.iter().enumerate())
+            .filter_map(|(i, f)| f.then_some(i))
+            .collect();
+        let every = FULL_LOOK_EVERY as usize;
+        assert_eq!(at, [0, every, 2 * every]);
+    }
+
+    #[test]
+    fn a_pass_records_what_it_looked_at_only_once_a_full_look_was_made() {
+        let mut net = SafetyNet::default();
+        net.looked_at([ServiceKey::new("a", "x")].into_iter());
+        assert!(net.since.is_empty(), "nothing to narrow from yet");
     }
 
     #[test]

@@ -204,6 +204,11 @@ impl Allocator {
             .count()
     }
 
+    /// Whether the allocator holds a record of `key` (assigned or refused).
+    pub fn has_record(&self, key: &ServiceKey) -> bool {
+        self.slots.contains_key(key)
+    }
+
     /// Every Service the allocator holds a record of (assigned or refused), in no order.
     pub fn services(&self) -> impl Iterator<Item = &ServiceKey> {
         self.records.iter().flatten().map(|r| &r.req.key)
