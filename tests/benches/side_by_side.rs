@@ -3,11 +3,10 @@
 //! configuration, never both at once. MetalLB is v0.16's own controller (`scripts/metallb`), and
 //! in the lab its speaker in native mode or in frr-k8s mode (frr-k8s from `scripts/frrk8s`, FRR
 //! from Debian's `frr` and `frr-pythontools`); FerroLB is the release `ferrolb-controller` and
-//! `ferrolb-speaker`.
+//! `ferrolb-speaker`, which the bench builds first (the figures are the printed commit's).
 //!
 //! ```sh
 //! scripts/realkube && scripts/metallb && scripts/frrk8s
-//! cargo build --release -p ferrolb-controller -p ferrolb-speaker
 //! cargo bench -p ferrolb-tests --bench side_by_side
 //! FERROLB_BENCH_REPEAT=3 FERROLB_BENCH_V6_SERVICES=2000 cargo bench -p ferrolb-tests --bench side_by_side
 //! FERROLB_BENCH_SYSTEMS=metallb,metallb-frrk8s,ferrolb FERROLB_BENCH_ONLY=cut \
@@ -542,6 +541,7 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    headline::build_release_binaries();
     for (what, missing) in [
         (
             "the real control plane (scripts/realkube)",
@@ -700,6 +700,11 @@ async fn main() {
                     "scale",
                     s.key(),
                     "wire_p99_ms",
+                )),
+                patch: read.get("scale", s.key(), "patch_p50_ms").zip(read.get(
+                    "scale",
+                    s.key(),
+                    "patch_p99_ms",
                 )),
                 of_floor: read.get("throughput", s.key(), "of_floor_pct"),
                 scale_rss: read.get("scale", s.key(), "rss_mib"),

@@ -54,6 +54,26 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
+/// Builds the release `ferrolb-controller` and `ferrolb-speaker` this bench runs, so that its
+/// figures are those of the commit it prints (`cargo bench -p ferrolb-tests` builds only this
+/// crate and its libraries; a binary left from an older build would otherwise be measured).
+pub fn build_release_binaries() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "ferrolb-controller",
+            "-p",
+            "ferrolb-speaker",
+        ])
+        .status()
+        .unwrap_or_else(|e| panic!("cargo build could not start: {e}"));
+    assert!(status.success(), "cargo build --release failed: {status}");
+}
+
 /// Runs `cargo bench -p package --bench bench` with `env`, its stderr passed through and its
 /// stdout both echoed to this bench's stderr and parsed into `read`. Cargo does not hold the
 /// build directory's lock while a bench runs, so the child builds in the same `target/`.
@@ -91,6 +111,8 @@ pub struct Column {
     pub speaker_idle: Option<(f64, usize)>,
     /// One change to the wire, p50 and p99, ms.
     pub wire: Option<(f64, f64)>,
+    /// Of that, the status PATCH's own round trip (the server's part), p50 and p99, ms.
+    pub patch: Option<(f64, f64)>,
     /// Controller cold start at 10,000 Services, percent of the API server's floor.
     pub of_floor: Option<f64>,
     /// Speaker RSS at cluster scale, MiB.
@@ -186,5 +208,16 @@ pub fn print(metallb_name: &str, m: &Column, f: &Column) {
         ratio(slowest(m), slowest(f)),
         "<= 0.3 s in every run",
         slowest(f).map(|v| v <= 0.3),
+    );
+    let patch = |c: &Column| {
+        c.patch
+            .map_or("-".into(), |(p50, p99)| format!("{p50:.1} / {p99:.1} ms"))
+    };
+    println!();
+    println!(
+        "of the change to the wire, the status PATCH's own round trip (the API server's part), \
+         p50 / p99: {metallb_name}'s run {}, FerroLB's run {}",
+        patch(m),
+        patch(f)
     );
 }
