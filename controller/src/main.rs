@@ -7,7 +7,8 @@
 //!        │                                  "everything"; records nothing while standby)
 //!        ├─ telemetry::serve  (/metrics /healthz /readyz)
 //!        ├─ events::EventQueue::run  (Events, 2 at a time, coalesced by Service and reason)
-//!        └─ loop: wait for leadership ─► Controller::start (fresh LIST) ─► pass(All), then
+//!        └─ loop: wait for leadership ─► Controller::start (fresh LIST, or the caches when
+//!                 they were first listed while leading) ─► pass(All), then
 //!                 pass(changed Services) per batch of changes; pass(Resync) every 30 s (what
 //!                 is not in order at its cached version; with no Service event since the
 //!                 last look over all, only what it found and passes touched), pass(All) when a
@@ -145,6 +146,15 @@ async fn main() -> anyhow::Result<()> {
     ));
     let leadership = Leadership::new(until_rx);
 
+    // A replica that wins the election before it starts its watches builds its first term's
+    // allocator from its caches, whose first LIST then begins while it leads, instead of
+    // reading every Service again (a cold start's one LIST fewer). A standby's watches start
+    // at most one election attempt later.
+    let mut first = leadership.clone();
+    let first_term = tokio::time::timeout(args.retry_period, first.wait_until_leader())
+        .await
+        .ok()
+        .and_then(|()| first.leading_until());
     let queue = Arc::new(WorkQueue::new());
     let stores = spawn_stores(&client, &args.namespace, &queue);
     wait_until_listed(&stores).await?;
@@ -167,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
         queue,
         stores,
         resync_period: args.resync_period,
+        first_term,
     };
     tokio::select! {
         _ = assigner.run() => {}
@@ -276,6 +287,9 @@ struct Assigner {
     queue: Arc<WorkQueue>,
     stores: Stores,
     resync_period: Duration,
+    /// When this replica led before its watches started: until when it leads for certain
+    /// (without a renewal). A first term that starts before then builds from the caches.
+    first_term: Option<Instant>,
 }
 
 impl Assigner {
@@ -289,13 +303,15 @@ impl Assigner {
             // Recording starts before the LIST, so no change between the LIST and the first
             // (full) pass is lost.
             self.queue.set_accepting(true);
+            let caches_fresh = self.first_term.take().is_some_and(|u| Instant::now() < u);
             let controller = match Controller::start(
                 self.client.clone(),
                 self.settings.clone(),
                 self.leadership.clone(),
                 self.metrics.clone(),
                 self.events.clone(),
-                &self.stores.namespaces,
+                &self.stores,
+                caches_fresh,
             )
             .await
             {

@@ -287,3 +287,26 @@ async fn the_periodic_pass_reconciles_only_the_services_that_are_not_in_order() 
         "the 40 Services in order are not reconciled again: {reconciled} in {ran} passes"
     );
 }
+
+/// A controller that wins the election before its watches start builds its first term's
+/// allocator from its caches, whose first LIST began while it led: every Service is listed
+/// once at a cold start, not twice. Fails with the LIST of its own every term used to make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_leading_from_its_start_lists_the_services_once() {
+    let cluster = Cluster::start().await;
+    cluster.create_pool("blue", &["10.99.14.0/26"], None).await;
+    cluster.create_service("first", &[]).await;
+    let _controller = cluster.spawn_controller("c1");
+    wait_for_ingress(&cluster.client(), "first").await;
+    let lists: Vec<String> = (cluster.server.request_log().into_iter())
+        .filter(|r| {
+            r.user_agent.starts_with("ferrolb-controller/")
+                && r.verb == Some(ferrolb_tests::apiserver::Verb::List)
+                && r.resource.as_deref() == Some("services")
+                && r.status == 200
+                && !r.query.contains("continue=")
+        })
+        .map(|r| r.query)
+        .collect();
+    assert_eq!(lists.len(), 1, "lists of Services, by query: {lists:?}");
+}

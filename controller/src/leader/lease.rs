@@ -37,6 +37,12 @@ impl Leadership {
         self.0.borrow().is_some_and(|until| Instant::now() < until)
     }
 
+    /// Until when this replica may act as things stand (it leads, without a renewal, until
+    /// then); `None` while it does not lead.
+    pub fn leading_until(&self) -> Option<Instant> {
+        (*self.0.borrow()).filter(|until| Instant::now() < *until)
+    }
+
     /// Waits until this replica leads.
     pub async fn wait_until_leader(&mut self) {
         loop {
