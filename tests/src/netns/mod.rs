@@ -434,14 +434,20 @@ impl Drop for Process {
 /// Moves the calling thread into the network namespace at `path` (`/run/netns/NAME`).
 ///
 /// Only this thread moves; threads it creates afterwards start in the namespace too.
-#[allow(unsafe_code)]
 pub fn enter(path: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
     let name = path.display().to_string();
     let file = File::open(path).map_err(|source| NetnsError::Enter {
         name: name.clone(),
         source,
     })?;
+    enter_file(&file, name)
+}
+
+/// Moves the calling thread into the network namespace `file` was opened on (`name` is for the
+/// error). An open file keeps its namespace alive, so this works after the name is deleted.
+#[allow(unsafe_code)]
+fn enter_file(file: &File, name: String) -> Result<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: setns(2) takes a file descriptor we own for the duration of the call and a
     // namespace type constant; it touches no memory of ours. It only changes this thread's
     // network namespace, which the caller asked for.
@@ -474,16 +480,19 @@ pub fn in_namespace<T: Send + 'static>(
 /// sockets to be created there: `block_on` polls its own future on the calling thread.
 pub fn runtime_in(ns: &str) -> Result<tokio::runtime::Runtime> {
     let path = Path::new("/run/netns").join(ns);
-    // Check once here so a bad name is an error, not a panic on a worker thread.
-    File::open(&path).map_err(|source| NetnsError::Enter {
+    // Opened once here: a bad name is an error, not a panic on a worker thread, and a thread the
+    // blocking pool starts late (while a test tears down, after the name was deleted) still
+    // enters the namespace through this file.
+    let file = std::sync::Arc::new(File::open(&path).map_err(|source| NetnsError::Enter {
         name: ns.into(),
         source,
-    })?;
+    })?);
+    let name = path.display().to_string();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .on_thread_start(move || {
-            if let Err(e) = enter(&path) {
+            if let Err(e) = enter_file(&file, name.clone()) {
                 panic!("runtime thread could not enter its namespace: {e}");
             }
         })
@@ -512,5 +521,36 @@ mod tests {
     #[test]
     fn unique_prefixes_differ_within_one_process() {
         assert_ne!(unique_prefix("t"), unique_prefix("t"));
+    }
+
+    #[test]
+    fn a_runtime_thread_started_after_its_namespace_was_deleted_still_enters_it() {
+        use std::os::unix::fs::MetadataExt;
+        if let Err(e) = require_root() {
+            return crate::skip::skip(e).unwrap_or_default();
+        }
+        let name = format!("{}-rt", unique_prefix("fnt"));
+        let ns = Namespace::create(&name).expect("a namespace");
+        let inode = std::fs::metadata(ns.path()).expect("its file").ino();
+        let rt = runtime_in(&name).expect("a runtime in it");
+        // The name goes first, as when a test tears down while its runtime still lives.
+        must(&["ip", "netns", "del", &name]).expect("the name deleted");
+        // A blocking task starts a thread of the blocking pool now, after the name is gone.
+        // A thread that cannot start never runs the task: waited for, not forever.
+        let task =
+            rt.spawn_blocking(|| std::fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino()));
+        let seen = rt
+            .block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(10), task).await
+            })
+            .expect("no thread of the runtime started within 10 s")
+            .expect("the blocking task ran")
+            .expect("its namespace");
+        assert_eq!(
+            seen, inode,
+            "the late thread is not in the runtime's namespace"
+        );
+        drop(rt);
+        drop(ns);
     }
 }
