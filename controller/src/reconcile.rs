@@ -1323,21 +1323,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_periodic_pass_looks_at_what_changed_and_what_was_deleted_but_not_at_what_is_in_order() {
+    /// Cached Services and what a pass remembers of them: one in order at the cached version,
+    /// one changed since, one refused, one new, and one remembered that the cache lost.
+    fn one_of_each() -> (Vec<Arc<Service>>, HashMap<ServiceKey, Memo>) {
         let services = vec![
             cached("default", "same", "10"),
             cached("default", "changed", "12"),
             cached("default", "refused", "7"),
             cached("default", "new", "3"),
         ];
-        let memo: HashMap<ServiceKey, Memo> = [
+        let memo = [
             (ServiceKey::new("default", "same"), settled_at("10")),
             (ServiceKey::new("default", "changed"), settled_at("11")),
             (ServiceKey::new("default", "refused"), Memo::default()),
             (ServiceKey::new("default", "deleted"), settled_at("5")),
         ]
         .into();
+        (services, memo)
+    }
+
+    #[test]
+    fn a_periodic_pass_looks_at_what_changed_and_what_was_deleted_but_not_at_what_is_in_order() {
+        let (services, memo) = one_of_each();
         let held = [
             ServiceKey::new("default", "same"),
             ServiceKey::new("default", "deleted"),
@@ -1360,19 +1367,7 @@ mod tests {
 
     #[test]
     fn a_narrowed_look_finds_among_the_services_it_is_given_what_a_full_look_finds() {
-        let services = vec![
-            cached("default", "same", "10"),
-            cached("default", "changed", "12"),
-            cached("default", "refused", "7"),
-            cached("default", "new", "3"),
-        ];
-        let memo: HashMap<ServiceKey, Memo> = [
-            (ServiceKey::new("default", "same"), settled_at("10")),
-            (ServiceKey::new("default", "changed"), settled_at("11")),
-            (ServiceKey::new("default", "refused"), Memo::default()),
-            (ServiceKey::new("default", "deleted"), settled_at("5")),
-        ]
-        .into();
+        let (services, memo) = one_of_each();
         let held = [
             ServiceKey::new("default", "same"),
             ServiceKey::new("default", "deleted"),
