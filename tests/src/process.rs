@@ -28,6 +28,65 @@ pub fn cpu_time_ns(pid: u32) -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// What one thread of a process has used so far (`/proc/PID/task/TID/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadUse {
+    /// The thread's name (`comm`).
+    pub name: String,
+    /// Its time on a CPU.
+    pub cpu: Duration,
+    /// How many times it was put on a CPU: its wake-ups, for a thread that sleeps between
+    /// inputs (the third field of `schedstat`).
+    pub runs: u64,
+}
+
+/// Every thread of the process now, by thread id.
+pub fn threads(pid: u32) -> std::collections::BTreeMap<u32, ThreadUse> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Default::default();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let tid = t.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            let mut f = stat.split_whitespace().map(|v| v.parse::<u64>().ok());
+            let cpu = f.next()??;
+            let runs = f.nth(1)??;
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            Some((
+                tid,
+                ThreadUse {
+                    name: name.trim().to_string(),
+                    cpu: Duration::from_nanos(cpu),
+                    runs,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// What each thread alive at both readings used between them, by name (threads of one name
+/// added up), busiest first: `(name, CPU time, runs)`.
+pub fn threads_between(
+    before: &std::collections::BTreeMap<u32, ThreadUse>,
+    after: &std::collections::BTreeMap<u32, ThreadUse>,
+) -> Vec<(String, Duration, u64)> {
+    let mut by_name: std::collections::BTreeMap<&str, (Duration, u64)> = Default::default();
+    for (tid, a) in after {
+        let Some(b) = before.get(tid) else { continue };
+        let e = by_name.entry(&a.name).or_default();
+        e.0 += a.cpu.saturating_sub(b.cpu);
+        e.1 += a.runs.saturating_sub(b.runs);
+    }
+    let mut out: Vec<_> = by_name
+        .into_iter()
+        .map(|(n, (cpu, runs))| (n.to_string(), cpu, runs))
+        .collect();
+    out.sort_by_key(|x| std::cmp::Reverse(x.1));
+    out
+}
+
 /// A process's CPU use over a window, measured both ways.
 #[derive(Clone, Copy, Debug)]
 pub struct CpuWindow {

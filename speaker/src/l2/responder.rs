@@ -974,14 +974,6 @@ fn handle_frame(inner: &Inner, port: &Port, bytes: &[u8]) {
     }
 }
 
-/// Progress of the announcements of one (address, interface) pair.
-struct Announcing {
-    /// The port they go out of: a reopened port starts the schedule again.
-    port: u64,
-    taken_at: Instant,
-    sent: usize,
-}
-
 /// What the announcer thread is told.
 enum Command {
     /// The new owned view and the [`Port::id`] of each interface in it: newly listed pairs,
@@ -1000,14 +992,10 @@ enum Command {
 }
 
 fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
-    let mut state: BTreeMap<(IpAddr, String), Announcing> = BTreeMap::new();
+    let mut schedules = schedule::Schedules::default();
     loop {
         let quiet = inner.quiet(Instant::now());
-        let next = state
-            .values()
-            .filter_map(|a| schedule::next_at(a.taken_at, a.sent))
-            .min()
-            .map(|t| quiet.map_or(t, |q| t.max(q)));
+        let next = schedules.next_at().map(|t| quiet.map_or(t, |q| t.max(q)));
         let wait = next.map_or(Duration::from_secs(3600), |t| {
             t.saturating_duration_since(Instant::now())
         });
@@ -1018,40 +1006,26 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
         // What starts while quiet starts when the quiet ends.
         let start = schedule::starts_at(now, quiet);
         match command {
-            Ok(Command::Restart) => {
-                for a in state.values_mut() {
-                    a.taken_at = start;
-                    a.sent = 0;
-                }
-            }
+            Ok(Command::Restart) => schedules.restart_all(start),
             Ok(Command::View(view, port_ids)) => {
                 let pairs: BTreeMap<(IpAddr, String), u64> = view
                     .iter()
                     .filter_map(|(name, ips)| port_ids.get(name).map(|id| (name, ips, *id)))
                     .flat_map(|(name, ips, id)| ips.iter().map(move |ip| ((*ip, name.clone()), id)))
                     .collect();
-                state.retain(|k, a| pairs.get(k) == Some(&a.port));
+                schedules.retain(|k, a| pairs.get(k) == Some(&a.port));
                 for (pair, port) in pairs {
-                    state.entry(pair).or_insert(Announcing {
-                        port,
-                        taken_at: start,
-                        sent: 0,
-                    });
+                    if schedules.get(&pair).is_none() {
+                        schedules.start(pair, port, start);
+                    }
                 }
             }
             Ok(Command::Delta { added, removed }) => {
                 for pair in removed {
-                    state.remove(&pair);
+                    schedules.remove(&pair);
                 }
                 for (ip, port, name) in added {
-                    state.insert(
-                        (ip, name),
-                        Announcing {
-                            port,
-                            taken_at: start,
-                            sent: 0,
-                        },
-                    );
+                    schedules.start((ip, name), port, start);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -1063,12 +1037,13 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
         if quiet.is_some() {
             continue;
         }
-        for ((ip, name), a) in state.iter_mut() {
-            match schedule::step(a.taken_at, a.sent, now) {
+        // Only the pairs whose announcement is due: not every owned address.
+        for due in schedules.take_due(now) {
+            let (ip, name) = &due.pair;
+            match due.step {
                 schedule::Step::Wait => continue,
-                schedule::Step::Send { sent } => a.sent = sent,
-                schedule::Step::Skip { sent, late } => {
-                    a.sent = sent;
+                schedule::Step::Send { .. } => {}
+                schedule::Step::Skip { late, .. } => {
                     Counters::bump(&inner.counters.stale_announcements_skipped);
                     tracing::warn!(%ip, interface = %name, late = ?late,
                         "an announcement missed while this speaker stood still is skipped, not sent late: the others may have moved the address meanwhile");
@@ -1079,7 +1054,7 @@ fn announce_loop(inner: &Inner, commands: &mpsc::Receiver<Command>) {
             if inner.in_handover(*ip).0 {
                 continue;
             }
-            if let Some(port) = ports.get(name).filter(|p| p.id == a.port) {
+            if let Some(port) = ports.get(name).filter(|p| p.id == due.port) {
                 announce(inner, port, *ip);
             }
         }

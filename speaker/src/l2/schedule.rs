@@ -20,6 +20,8 @@
 //! update their cache from one of the two forms), or one unsolicited NA with the override flag
 //! (IPv6).
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// Offsets, from the moment ownership was taken, at which announcements are due.
@@ -121,6 +123,149 @@ pub fn starts_at(now: Instant, quiet_until: Option<Instant>) -> Instant {
     quiet_until.map_or(now, |q| q.max(now))
 }
 
+/// An owned (address, interface name) pair: what is announced.
+pub type Pair = (IpAddr, String);
+
+/// Progress of the announcements of one pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announcing {
+    /// Which opening of the interface they go out of: a reopened interface starts the
+    /// schedule again.
+    pub port: u64,
+    /// When the schedule started.
+    pub taken_at: Instant,
+    /// Announcements done (or skipped).
+    pub sent: usize,
+}
+
+/// An announcement due now: the pair, the port it goes out of, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueNow {
+    /// The address and interface.
+    pub pair: Pair,
+    /// The port of its schedule.
+    pub port: u64,
+    /// [`Step::Send`] or [`Step::Skip`].
+    pub step: Step,
+}
+
+/// The schedules of every owned pair, with the pairs still to announce ordered by when their
+/// next announcement is due: what a wake looks at is what is due, not every owned address (a
+/// node answering for 10,000 addresses whose schedules ended looks at one when an eleventh is
+/// taken).
+#[derive(Debug, Default)]
+pub struct Schedules {
+    pairs: BTreeMap<Pair, Announcing>,
+    /// (next due, pair) of the pairs whose schedule has not ended.
+    due: BTreeSet<(Instant, Pair)>,
+}
+
+impl Schedules {
+    /// Starts (or starts again) the schedule of `pair` on `port` at `at`.
+    pub fn start(&mut self, pair: Pair, port: u64, at: Instant) {
+        self.remove(&pair);
+        let a = Announcing {
+            port,
+            taken_at: at,
+            sent: 0,
+        };
+        if let Some(next) = next_at(a.taken_at, a.sent) {
+            self.due.insert((next, pair.clone()));
+        }
+        self.pairs.insert(pair, a);
+    }
+
+    /// Forgets `pair` (no longer owned).
+    pub fn remove(&mut self, pair: &Pair) {
+        if let Some(a) = self.pairs.remove(pair)
+            && let Some(next) = next_at(a.taken_at, a.sent)
+        {
+            self.due.remove(&(next, pair.clone()));
+        }
+    }
+
+    /// The schedule of `pair`, if it is owned.
+    pub fn get(&self, pair: &Pair) -> Option<&Announcing> {
+        self.pairs.get(pair)
+    }
+
+    /// Keeps the pairs `keep` says to keep (a look at every owned pair: for a whole new view).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Pair, &Announcing) -> bool) {
+        let due = &mut self.due;
+        self.pairs.retain(|pair, a| {
+            let kept = keep(pair, a);
+            if !kept && let Some(next) = next_at(a.taken_at, a.sent) {
+                due.remove(&(next, pair.clone()));
+            }
+            kept
+        });
+    }
+
+    /// Starts every owned pair's schedule again at `at`.
+    pub fn restart_all(&mut self, at: Instant) {
+        self.due.clear();
+        for (pair, a) in &mut self.pairs {
+            a.taken_at = at;
+            a.sent = 0;
+            if let Some(next) = next_at(at, 0) {
+                self.due.insert((next, pair.clone()));
+            }
+        }
+    }
+
+    /// When the next announcement of any pair is due; `None` when every schedule has ended.
+    pub fn next_at(&self) -> Option<Instant> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// Pairs owned.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Whether no pair is owned.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// Pairs whose schedule has not ended.
+    pub fn pending(&self) -> usize {
+        self.due.len()
+    }
+
+    /// Takes what is due at `now` (one [`DueNow`] per pair, the schedule moved on) and looks
+    /// at nothing else.
+    pub fn take_due(&mut self, now: Instant) -> Vec<DueNow> {
+        let mut out = Vec::new();
+        // Each pair's next announcement goes back in once every due one is taken.
+        let mut again = Vec::new();
+        while self.due.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, pair)) = self.due.pop_first() else {
+                break;
+            };
+            let Some(a) = self.pairs.get_mut(&pair) else {
+                continue;
+            };
+            let step = step(a.taken_at, a.sent, now);
+            if let Step::Send { sent } | Step::Skip { sent, .. } = step {
+                a.sent = sent;
+            }
+            if let Some(next) = next_at(a.taken_at, a.sent) {
+                again.push((next, pair.clone()));
+            }
+            if step != Step::Wait {
+                out.push(DueNow {
+                    pair,
+                    port: a.port,
+                    step,
+                });
+            }
+        }
+        self.due.extend(again);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +364,82 @@ mod tests {
         let start = starts_at(t, Some(ms(300)));
         assert_eq!(step(start, 0, ms(299)), Step::Wait);
         assert_eq!(step(start, 0, ms(300)), Step::Send { sent: 1 });
+    }
+
+    fn pair(i: u32) -> Pair {
+        (
+            IpAddr::from(std::net::Ipv4Addr::from(0x0a80_0000 + i)),
+            "eth0".into(),
+        )
+    }
+
+    #[test]
+    fn an_address_taken_beside_thousands_whose_schedules_ended_is_the_only_one_looked_at() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        let mut s = Schedules::default();
+        for i in 0..10_000 {
+            s.start(pair(i), 1, t);
+        }
+        assert_eq!(s.take_due(t).len(), 10_000);
+        for at in [500, 1000, 2000, 4000] {
+            assert_eq!(s.take_due(ms(at)).len(), 10_000, "announcement at {at} ms");
+        }
+        assert_eq!((s.len(), s.pending(), s.next_at()), (10_000, 0, None));
+        s.start(pair(10_000), 1, ms(5000));
+        assert_eq!(s.pending(), 1);
+        let due = s.take_due(ms(5000));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].pair, pair(10_000));
+        assert_eq!(due[0].step, Step::Send { sent: 1 });
+        assert_eq!(s.next_at(), Some(ms(5500)));
+    }
+
+    #[test]
+    fn a_pair_given_up_before_its_next_announcement_is_not_announced_again() {
+        let t = Instant::now();
+        let mut s = Schedules::default();
+        s.start(pair(1), 1, t);
+        s.start(pair(2), 1, t);
+        assert_eq!(s.take_due(t).len(), 2);
+        s.remove(&pair(1));
+        let due = s.take_due(t + Duration::from_millis(500));
+        assert_eq!(
+            due.iter().map(|d| d.pair.clone()).collect::<Vec<_>>(),
+            [pair(2)]
+        );
+        s.retain(|p, _| *p != pair(2));
+        assert_eq!((s.len(), s.pending(), s.next_at()), (0, 0, None));
+    }
+
+    #[test]
+    fn restarting_announces_every_owned_pair_again_from_the_first() {
+        let t = Instant::now();
+        let later = t + Duration::from_secs(10);
+        let mut s = Schedules::default();
+        s.start(pair(1), 1, t);
+        for at in [0, 500, 1000, 2000, 4000] {
+            s.take_due(t + Duration::from_millis(at));
+        }
+        assert_eq!(s.pending(), 0);
+        s.restart_all(later);
+        assert_eq!(s.next_at(), Some(later));
+        assert_eq!(s.take_due(later)[0].step, Step::Send { sent: 1 });
+    }
+
+    #[test]
+    fn announcements_missed_by_a_stall_go_out_once_or_are_skipped_when_stale() {
+        let t = Instant::now();
+        let ms = |m| t + Duration::from_millis(m);
+        let mut s = Schedules::default();
+        s.start(pair(1), 7, t);
+        s.take_due(t);
+        // Woken 1.1 s late: the 0.5 s and 1 s announcements are one send (100 ms late).
+        let due = s.take_due(ms(1100));
+        assert_eq!((due[0].port, due[0].step), (7, Step::Send { sent: 3 }));
+        // Woken 4.5 s after the start: the 2 s one and the 4 s one, 500 ms late, are skipped.
+        let due = s.take_due(ms(4500));
+        assert!(matches!(due[0].step, Step::Skip { sent: 5, .. }), "{due:?}");
+        assert_eq!(s.pending(), 0);
     }
 }

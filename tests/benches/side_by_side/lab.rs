@@ -14,7 +14,7 @@ use ferrolb_tests::backend::BackendKind;
 use ferrolb_tests::lab::report::{self, Fault};
 use ferrolb_tests::lab::{Binaries, Lab, LabConfig, NoAnswer, Requests, RouterKind, System};
 use ferrolb_tests::netns::topology::{NODE_NAMES, node_v4};
-use ferrolb_tests::process::{CpuWindow, status_kib};
+use ferrolb_tests::process::{CpuWindow, status_kib, threads, threads_between};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -465,8 +465,22 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
     // Settled: 20 s after the last restart, then 30 s with nothing changing.
     std::thread::sleep(Duration::from_secs(20));
     let window = CpuWindow::start(pid);
+    let threads_before = threads(pid);
     std::thread::sleep(Duration::from_secs(30));
     (f.speaker_idle_cpu, _) = window.percent();
+    // Where it went: each thread's share and wake-ups a second (what sleeps between inputs
+    // wakes once per run).
+    for (name, cpu, runs) in threads_between(&threads_before, &threads(pid)) {
+        if runs == 0 {
+            continue;
+        }
+        eprintln!(
+            "    thread {name}: {:.3} %, {:.1} wake-ups/s, {:.0} us each",
+            cpu.as_secs_f64() / 30.0 * 100.0,
+            runs as f64 / 30.0,
+            cpu.as_secs_f64() * 1e6 / runs as f64
+        );
+    }
     f.speaker_rss_kib = status_kib(pid, "VmRSS:");
     f.speaker_services = lab
         .block({
