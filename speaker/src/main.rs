@@ -133,7 +133,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn speaker_main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    // For the life of the process: the sync loop, a task of its own, borrows them.
+    let args: &'static Args = Box::leak(Box::new(Args::parse()));
     ferrolb_telemetry::init_logging(&args.log_level, args.log_format)?;
     let agent = format!(
         "ferrolb-speaker/{} ({})",
@@ -162,7 +163,7 @@ async fn speaker_main() -> anyhow::Result<()> {
         refetch.clone(),
     ));
     let (live_tx, live_rx) = watch::channel(BTreeSet::from([args.node_name.clone()]));
-    let (status, events) = spawn_status_and_events(&args, &client, live_rx, &metrics);
+    let (status, events) = spawn_status_and_events(args, &client, live_rx, &metrics);
     wait_for_first_lists(&cluster, &changed).await;
 
     let settings = Settings {
@@ -174,9 +175,9 @@ async fn speaker_main() -> anyhow::Result<()> {
         l2_preference_hold_down: args.l2_preference_hold_down,
     };
     let speaker = Speaker::new(settings, metrics.clone(), status, events);
-    spawn_node_reports(&args, &client, &metrics, &speaker);
+    spawn_node_reports(args, &client, &metrics, &speaker);
     let mut sync = SyncLoop {
-        args: &args,
+        args,
         client,
         cluster,
         changed,
@@ -194,10 +195,22 @@ async fn speaker_main() -> anyhow::Result<()> {
         pace: Pace::new(),
         trim: Trim::new(Instant::now()),
     };
-    tokio::select! {
-        _ = sync.run() => {}
-        _ = ferrolb_telemetry::shutdown_signal() => info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements"),
-    }
+    // A task on the runtime, not the future `block_on` polls: the watch task that wakes it
+    // runs on a worker, and a task it wakes there runs next on the same thread instead of
+    // waking the main thread (a futex wake and a switch, between every change and its
+    // announcement).
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sync_task = tokio::spawn(async move {
+        tokio::select! {
+            _ = sync.run() => {}
+            _ = stopped => {}
+        }
+        sync
+    });
+    ferrolb_telemetry::shutdown_signal().await;
+    info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements");
+    let _ = stop.send(());
+    let mut sync = sync_task.await?;
     sync.leave();
     sync.speaker
         .shutdown(args.bgp_drain_time, args.l2_handover_time)
