@@ -11,7 +11,7 @@
 //!      │                                          or marks the port failed when its     │
 //!      │                                          interface is gone: ENETDOWN/ENXIO)    │
 //!      ├──► solicited-node joins (UDP socket, per ifindex)                               ▼
-//!      └──► announcer thread ── schedule::due ──► GARP / unsolicited NA ──► tx of the port
+//!      └──► announcer thread ── schedule::Schedules (only what is due) ──► GARP / unsolicited NA
 //! ```
 //!
 //! # Guarantees
