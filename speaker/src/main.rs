@@ -199,18 +199,24 @@ async fn speaker_main() -> anyhow::Result<()> {
     // runs on a worker, and a task it wakes there runs next on the same thread instead of
     // waking the main thread (a futex wake and a switch, between every change and its
     // announcement).
+    // A panic in it ends the process with an error, as it did when `block_on` polled it: a
+    // speaker whose loop died must not stay up looking healthy.
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let sync_task = tokio::spawn(async move {
+    let mut sync_task = tokio::spawn(async move {
         tokio::select! {
             _ = sync.run() => {}
             _ = stopped => {}
         }
         sync
     });
-    ferrolb_telemetry::shutdown_signal().await;
-    info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements");
-    let _ = stop.send(());
-    let mut sync = sync_task.await?;
+    let mut sync = tokio::select! {
+        ended = &mut sync_task => ended?,
+        _ = ferrolb_telemetry::shutdown_signal() => {
+            info!(drain = ?args.bgp_drain_time, handover = ?args.l2_handover_time, "shutting down: handing layer-2 addresses over and draining BGP routes, then withdrawing announcements");
+            let _ = stop.send(());
+            sync_task.await?
+        }
+    };
     sync.leave();
     sync.speaker
         .shutdown(args.bgp_drain_time, args.l2_handover_time)
