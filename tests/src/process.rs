@@ -17,15 +17,7 @@ pub fn status_kib(pid: u32, field: &str) -> u64 {
 /// where a window may lose threads; over a window where none exits, the difference of two
 /// readings is exact where [`cpu_time`] rounds to 10 ms ticks (one tick in 30 s is 0.033 %).
 pub fn cpu_time_ns(pid: u32) -> Duration {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Duration::ZERO;
-    };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(ns)
+    threads(pid).values().map(|t| t.cpu).sum()
 }
 
 /// What one thread of a process has used so far (`/proc/PID/task/TID/`).

@@ -464,9 +464,10 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
     let pid = lab.speaker_pid(0).expect("node-a's speaker runs");
     // Settled: 20 s after the last restart, then 30 s with nothing changing.
     std::thread::sleep(Duration::from_secs(20));
+    let idle = Duration::from_secs(30);
     let window = CpuWindow::start(pid);
     let threads_before = threads(pid);
-    std::thread::sleep(Duration::from_secs(30));
+    std::thread::sleep(idle);
     (f.speaker_idle_cpu, _) = window.percent();
     // Where it went: each thread's share and wake-ups a second (what sleeps between inputs
     // wakes once per run).
@@ -476,8 +477,8 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
         }
         eprintln!(
             "    thread {name}: {:.3} %, {:.1} wake-ups/s, {:.0} us each",
-            cpu.as_secs_f64() / 30.0 * 100.0,
-            runs as f64 / 30.0,
+            cpu.as_secs_f64() / idle.as_secs_f64() * 100.0,
+            runs as f64 / idle.as_secs_f64(),
             cpu.as_secs_f64() * 1e6 / runs as f64
         );
     }
