@@ -10,13 +10,18 @@
 //! ```
 //!
 //! For each N it prints:
-//! - floor: Service status merge patches per second from a minimal client with the
-//!   controller's concurrency (16), on N Services of another `loadBalancerClass`, until a
-//!   watch has seen them all (as the cold start is timed), measured
-//!   once the N Services of the cold start exist (the server holds what it holds during the
-//!   cold start) and deleted before it starts (its LIST reads what it read before);
-//! - cold start: N Services exist, the controller starts: Services/s until all have an address,
-//!   the ratio to the floor, API writes per Service, controller CPU per Service, peak RSS;
+//! - rounds (`FERROLB_BENCH_ROUNDS`, default 5), each on the same N Services with no address:
+//!   - floor: Service status merge patches per second from a minimal client with the
+//!     controller's concurrency (16), one to each of the N Services, until a watch has seen
+//!     them all (as the cold start is timed); then every address is taken away again;
+//!   - cold start: the controller starts: Services/s until all have an address, the ratio to
+//!     the round's floor, API writes per Service, controller CPU per Service; then (but after
+//!     the last round) the controller stops, its Lease and every address are taken away;
+//!
+//!   and the medians of the rounds (the figure: the median of the rounds' ratios). Both
+//!   halves of a round write the same objects on the same server a few seconds apart, so
+//!   the ratio moves with the controller more than with the server's pace, which moved by
+//!   13 % between runs;
 //! - keeping up: N more Services created (16 at a time) while it runs: Services/s from the
 //!   first create to the last address, and how long after the last create it finished;
 //! - a standby replica's RSS before and after 10,000 changes (label patches, round-robin) to
@@ -32,6 +37,7 @@ use ferrolb_api::v1beta1::{IPAddressPool, IPAddressPoolSpec};
 use ferrolb_tests::backend::{Backend, BackendKind};
 use ferrolb_tests::realkube::RealKubeConfig;
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -51,8 +57,9 @@ fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// Writes between two counts of [`controller_writes`] (none when the log read back shrank).
 fn sub(a: (usize, usize), b: (usize, usize)) -> (usize, usize) {
-    (a.0 - b.0, a.1 - b.1)
+    (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1))
 }
 
 fn service(name: &str, class: Option<&str>) -> Service {
@@ -95,30 +102,37 @@ async fn create_services(api: &Api<Service>, names: Vec<String>, class: Option<&
         .await;
 }
 
-/// Resolves when `n` Services whose name starts with `prefix` have an address.
+/// Resolves when `n` Services whose name starts with `prefix` have an address (`addressed`),
+/// or have none (`!addressed`).
 fn count_addressed(
     api: Api<Service>,
     prefix: String,
     n: usize,
+    addressed: bool,
 ) -> tokio::sync::oneshot::Receiver<Instant> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Instant>();
     tokio::spawn(async move {
-        let mut with_address = std::collections::HashSet::new();
+        let mut matching = std::collections::HashSet::new();
         let stream = watcher(api, watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(Ok(ev)) = stream.next().await {
             if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = ev {
                 let name = s.metadata.name.clone().unwrap_or_default();
+                if !name.starts_with(&prefix) {
+                    continue;
+                }
                 let has = s
                     .status
                     .as_ref()
                     .and_then(|s| s.load_balancer.as_ref())
                     .and_then(|l| l.ingress.as_ref())
                     .is_some_and(|i| !i.is_empty());
-                if has && name.starts_with(&prefix) {
-                    with_address.insert(name);
+                if has == addressed {
+                    matching.insert(name);
+                } else {
+                    matching.remove(&name);
                 }
-                if with_address.len() == n {
+                if matching.len() == n {
                     let _ = done_tx.send(Instant::now());
                     return;
                 }
@@ -176,19 +190,14 @@ fn cold_line(
     )
 }
 
-/// The floor: `n` status patches, as many as the cold start writes, so that both are averaged
-/// over the same stretch of the server's work (2,000 patches, about 2 s, once stood for 10,000:
-/// their ratio swung between 65 and 131 % from run to run with the controller unchanged),
-/// timed as the cold start is: until the bench's watch has seen every address (that watch
-/// costs the server and this machine as much in both). The Services patched are deleted again
-/// before it returns.
-async fn floor(client: &kube::Client, ns: &str, n: usize) -> f64 {
-    let api = Api::<Service>::namespaced(client.clone(), ns);
-    let names: Vec<String> = (0..n).map(|i| format!("f{i:05}")).collect();
-    create_services(&api, names.clone(), Some("bench.example/other")).await;
-    let seen = count_addressed(api.clone(), "f".into(), n);
+/// The floor: a status patch to each of `names` (the cold start's own Services, which have no
+/// address), [`CONCURRENCY`] at a time, timed as the cold start is: until the bench's watch has
+/// seen every address (that watch costs the server and this machine as much in both). Services
+/// patched per second; the addresses are taken away again before it returns.
+async fn floor(api: &Api<Service>, prefix: &str, names: &[String]) -> f64 {
+    let seen = count_addressed(api.clone(), prefix.into(), names.len(), true);
     let start = Instant::now();
-    futures::stream::iter(names.iter().cloned().enumerate())
+    futures::stream::iter(names.iter().enumerate())
         .for_each_concurrent(CONCURRENCY, |(i, name)| {
             let api = api.clone();
             async move {
@@ -197,25 +206,51 @@ async fn floor(client: &kube::Client, ns: &str, n: usize) -> f64 {
                     "metadata": {"annotations": {"bench.example/pool": "floor"}},
                     "status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}},
                 });
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                     .expect("a status patch");
             }
         })
         .await;
     let done = seen.await.expect("the watch saw every floor address");
-    let rate = n as f64 / (done - start).as_secs_f64();
+    let rate = names.len() as f64 / (done - start).as_secs_f64();
+    take_addresses(api, prefix, names).await;
+    rate
+}
+
+/// Takes every address (and the pool annotations) from `names`; returns once a watch has seen
+/// all of them without one.
+async fn take_addresses(api: &Api<Service>, prefix: &str, names: &[String]) {
+    let cleared = count_addressed(api.clone(), prefix.into(), names.len(), false);
     futures::stream::iter(names)
         .for_each_concurrent(CONCURRENCY, |name| {
             let api = api.clone();
             async move {
-                api.delete(&name, &Default::default())
+                let patch = json!({
+                    "metadata": {"annotations": {
+                        "bench.example/pool": null,
+                        ferrolb_api::names::IP_ALLOCATED_FROM_POOL: null,
+                    }},
+                    "status": {"loadBalancer": {"ingress": null}},
+                });
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
-                    .expect("a floor Service deleted");
+                    .expect("an address taken away");
             }
         })
         .await;
-    rate
+    cleared.await.expect("the watch saw every address go");
+}
+
+/// The median of `v` (the mean of the middle two when even).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 async fn run(n: usize, kind: BackendKind) {
@@ -234,7 +269,7 @@ async fn run(n: usize, kind: BackendKind) {
     let kubeconfig = dir.path().join("kubeconfig");
     backend.write_kubeconfig(&kubeconfig).unwrap();
     let client = backend.client();
-    for ns in [NS, "default", "floor"] {
+    for ns in [NS, "default"] {
         let obj = Namespace {
             metadata: ObjectMeta {
                 name: Some(ns.into()),
@@ -267,27 +302,66 @@ async fn run(n: usize, kind: BackendKind) {
         .unwrap();
     let api = Api::<Service>::namespaced(client.clone(), "default");
 
-    // (b) Cold start with N Services already there; the floor measured beside them.
-    create_services(&api, (0..n).map(|i| format!("a{i:05}")).collect(), None).await;
-    let floor_rate = floor(&client, "floor", n).await;
-    let writes_before = controller_writes(&backend);
-    let cold_done = count_addressed(api.clone(), "a".into(), n);
-    let start = Instant::now();
-    let mut leader = spawn_controller(&kubeconfig, "leader");
-    let cold_at = cold_done.await.expect("every Service got an address");
-    let cold = cold_at - start;
-    let cold_cpu = ferrolb_tests::process::cpu_time(leader.id());
-    let cold_writes = sub(controller_writes(&backend), writes_before);
-
+    // (b) Rounds of the floor and a cold start on the same N Services.
+    let names: Vec<String> = (0..n).map(|i| format!("a{i:05}")).collect();
+    create_services(&api, names.clone(), None).await;
+    let rounds: usize = std::env::var("FERROLB_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    println!("== {n} Services, {} API server", kind.as_str());
+    let leases = Api::<Lease>::namespaced(client.clone(), NS);
+    let (mut floors, mut colds, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut leader = None;
+    for round in 1..=rounds {
+        let floor_rate = floor(&api, "a", &names).await;
+        let writes_before = controller_writes(&backend);
+        let cold_done = count_addressed(api.clone(), "a".into(), n, true);
+        let start = Instant::now();
+        let mut controller = spawn_controller(&kubeconfig, "leader");
+        let cold_at = cold_done.await.expect("every Service got an address");
+        let cold = cold_at - start;
+        let cold_cpu = ferrolb_tests::process::cpu_time(controller.id());
+        let cold_writes = sub(controller_writes(&backend), writes_before);
+        println!(
+            "round {round}: floor (status merge patches, {CONCURRENCY} at a time) {floor_rate:.0}/s; {}",
+            cold_line(n, cold, floor_rate, cold_writes, cold_cpu)
+        );
+        let cold_rate = n as f64 / cold.as_secs_f64();
+        floors.push(floor_rate);
+        colds.push(cold_rate);
+        ratios.push(100.0 * cold_rate / floor_rate);
+        if round < rounds {
+            // The next round starts from nothing again: no controller, no Lease, no address.
+            let _ = controller.kill();
+            let _ = controller.wait();
+            let _ = leases
+                .delete("ferrolb-controller", &Default::default())
+                .await;
+            take_addresses(&api, "a", &names).await;
+        } else {
+            leader = Some(controller);
+        }
+    }
+    let mut leader = leader.expect("at least one round");
+    let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = ratios.iter().copied().fold(0.0, f64::max);
+    let (floor_rate, cold_rate, of_floor) = (median(floors), median(colds), median(ratios));
+    println!(
+        "median of {rounds} rounds: floor {floor_rate:.0}/s, cold start {cold_rate:.0}/s, \
+         {of_floor:.0} % of the floor (the median of the rounds' ratios; they ran from \
+         {lowest:.0} to {highest:.0} %)"
+    );
+    // For `side_by_side`'s headline rows (`figure <bench> <system> name=value ...`).
+    println!(
+        "figure throughput ferrolb services={n} rounds={rounds} floor_per_s={floor_rate:.1} \
+         cold_per_s={cold_rate:.1} of_floor_pct={of_floor:.1} of_floor_min_pct={lowest:.1} \
+         of_floor_max_pct={highest:.1}"
+    );
     if std::env::var("FERROLB_BENCH_COLD_ONLY").is_ok_and(|v| v == "1") {
         let _ = leader.kill();
         let _ = leader.wait();
-        println!(
-            "== {n} Services, {} API server (cold start only)",
-            kind.as_str()
-        );
-        println!("floor (status merge patches, {CONCURRENCY} at a time): {floor_rate:.0}/s");
-        println!("{}", cold_line(n, cold, floor_rate, cold_writes, cold_cpu));
         return;
     }
     // A standby replica, then (c) N more Services created while the leader runs.
@@ -296,7 +370,7 @@ async fn run(n: usize, kind: BackendKind) {
     let standby_before = proc_status_kib(standby.id(), "VmRSS:");
     let cpu_before = ferrolb_tests::process::cpu_time(leader.id());
     let writes_before = controller_writes(&backend);
-    let live_done = count_addressed(api.clone(), "b".into(), n);
+    let live_done = count_addressed(api.clone(), "b".into(), n, true);
     let start = Instant::now();
     create_services(&api, (0..n).map(|i| format!("b{i:05}")).collect(), None).await;
     let created = start.elapsed();
@@ -330,12 +404,6 @@ async fn run(n: usize, kind: BackendKind) {
 
     let per_s = |t: Duration| n as f64 / t.as_secs_f64();
     let mib = |k: Option<u64>| k.map_or("n/a".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
-    println!("== {n} Services, {} API server", kind.as_str());
-    println!(
-        "floor (status merge patches, {CONCURRENCY} at a time): {:.0}/s",
-        floor_rate
-    );
-    println!("{}", cold_line(n, cold, floor_rate, cold_writes, cold_cpu));
     println!(
         "keeping up: {n} created in {:.2} s, all addressed {:.2} s after the first create \
          ({:.0} Services/s, {:.2} s after the last create); {:.2} writes to Services and {:.2} \
@@ -349,12 +417,8 @@ async fn run(n: usize, kind: BackendKind) {
         live_cpu.as_secs_f64() * 1000.0 / n as f64
     );
     println!("leader peak RSS: {}", mib(peak));
-    // For `side_by_side`'s headline rows (`figure <bench> <system> name=value ...`).
     println!(
-        "figure throughput ferrolb services={n} floor_per_s={floor_rate:.1} cold_per_s={:.1} \
-         of_floor_pct={:.1} live_per_s={:.1}",
-        per_s(cold),
-        100.0 * per_s(cold) / floor_rate,
+        "figure throughput ferrolb services={n} live_per_s={:.1}",
         per_s(live)
     );
     println!(

@@ -707,6 +707,9 @@ async fn main() {
                     "patch_p99_ms",
                 )),
                 of_floor: read.get("throughput", s.key(), "of_floor_pct"),
+                of_floor_range: read
+                    .get("throughput", s.key(), "of_floor_min_pct")
+                    .zip(read.get("throughput", s.key(), "of_floor_max_pct")),
                 scale_rss: read.get("scale", s.key(), "rss_mib"),
                 routes_1000: labf
                     .and_then(|l| l.routes.iter().find(|(c, _)| *c == 1000))
