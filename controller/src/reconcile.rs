@@ -289,6 +289,8 @@ pub struct PassReport {
     pub retry: BTreeSet<ServiceKey>,
     /// When the first Service backing off may be tried again.
     pub next_retry: Option<Instant>,
+    /// When the pass had looked at every Service in its scope and began to write.
+    pub planned_at: Option<Instant>,
 }
 
 impl Controller {
@@ -436,7 +438,9 @@ impl Controller {
         }
         let visited = !visits.is_empty();
         self.safety_net.looked_at(visits.into_keys());
+        let planned_at = Instant::now();
         let mut report = self.apply(writes, now).await;
+        report.planned_at = Some(planned_at);
         report.next_retry = self.backoff.first().map(|(at, _)| *at);
         if full || config {
             let pool_objs: Vec<IPAddressPool> = pools.iter().map(|p| (**p).clone()).collect();
