@@ -125,7 +125,7 @@ fn drain_time(s: &str) -> Result<Duration, String> {
 
 fn main() -> anyhow::Result<()> {
     // Before any thread exists: glibc gives each new thread an arena of its own otherwise.
-    ferrolb_telemetry::memory::limit_arenas();
+    ferrolb_telemetry::memory::tune_allocator();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
