@@ -309,6 +309,9 @@ impl RealKube {
                     self.dir.join("audit.log").into_os_string(),
                 ),
                 ("--audit-log-format", "json".into()),
+                // Never rotated (0 means lumberjack's 100 MB): `request_log` reads this one
+                // file, and a count taken across a rotation would go backwards.
+                ("--audit-log-maxsize", "1000000".into()),
                 ("--v", "0".into()),
             ] {
                 let mut a = std::ffi::OsString::from(flag);

@@ -1673,10 +1673,9 @@ fn explain_names_the_layer2_owner_and_the_router_holding_each_nodes_route() {
     };
     let services = addresses(&lab);
     let web = address_of(&services, "web");
-    owner(&lab, web);
-    // The owner is read again beside each explain: a handover between the two (the lab's
-    // speakers settling, or another test's failover) would otherwise leave explain naming the
-    // new owner while the test waits for the old one.
+    // The owner is read beside each explain: a handover between a first reading and the
+    // explains (the lab's speakers settling, or another test's failover) would otherwise
+    // leave explain naming the new owner while the test waits for the old one.
     let (web_owner, text) = lab
         .wait(CONVERGE, "explain naming web's owner", || {
             let owners = lab.l2_owners().ok()?;
