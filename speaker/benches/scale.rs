@@ -478,6 +478,17 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
     );
     let rss = ferrolb_tests::process::status_kib(pid, "VmRSS:");
     let peak = ferrolb_tests::process::status_kib(pid, "VmHWM:");
+    // What the RSS holds: the process's own memory, and the pages of its executable (and any
+    // other file) it has mapped, which the page cache shares and which move with the kernel's
+    // handling of that file, not with what the process does.
+    let rss_anon = ferrolb_tests::process::status_kib(pid, "RssAnon:");
+    let rss_file = ferrolb_tests::process::status_kib(pid, "RssFile:");
+    eprintln!(
+        "  RSS {:.1} MiB: {:.1} MiB anonymous, {:.1} MiB mapped from files",
+        rss as f64 / 1024.0,
+        rss_anon as f64 / 1024.0,
+        rss_file as f64 / 1024.0
+    );
     // One Service change to the wire: move one Service to a fresh address, wait for its GARP.
     let services = Api::<Service>::namespaced(client.clone(), APPS);
     let mut latencies = Vec::new();
@@ -537,10 +548,13 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
     // For `side_by_side`'s headline rows (`figure <bench> <system> name=value ...`).
     println!(
         "figure scale {} services={n} others={others} nodes={nodes} rss_mib={:.1} \
-         peak_mib={:.1} wire_p50_ms={:.2} wire_p99_ms={:.2} wire_max_ms={:.2} answered_s={:.2} \
-         patch_p50_ms={:.2} patch_p99_ms={:.2}",
+         rss_anon_mib={:.1} rss_file_mib={:.1} peak_mib={:.1} wire_p50_ms={:.2} \
+         wire_p99_ms={:.2} wire_max_ms={:.2} answered_s={:.2} patch_p50_ms={:.2} \
+         patch_p99_ms={:.2}",
         system.key(),
         rss as f64 / 1024.0,
+        rss_anon as f64 / 1024.0,
+        rss_file as f64 / 1024.0,
         peak as f64 / 1024.0,
         pct(0.5),
         pct(0.99),

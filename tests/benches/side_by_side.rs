@@ -711,6 +711,11 @@ async fn main() {
                     .get("throughput", s.key(), "of_floor_min_pct")
                     .zip(read.get("throughput", s.key(), "of_floor_max_pct")),
                 scale_rss: read.get("scale", s.key(), "rss_mib"),
+                scale_rss_split: read.get("scale", s.key(), "rss_anon_mib").zip(read.get(
+                    "scale",
+                    s.key(),
+                    "rss_file_mib",
+                )),
                 routes_1000: labf
                     .and_then(|l| l.routes.iter().find(|(c, _)| *c == 1000))
                     .map(|(_, r)| r.clone())

@@ -120,6 +120,8 @@ pub struct Column {
     pub of_floor_range: Option<(f64, f64)>,
     /// Speaker RSS at cluster scale, MiB.
     pub scale_rss: Option<f64>,
+    /// Of that, anonymous and mapped from files (its executable), MiB.
+    pub scale_rss_split: Option<(f64, f64)>,
     /// Speaker started to 1,000 routes at BIRD, every run.
     pub routes_1000: Vec<Duration>,
 }
@@ -226,5 +228,15 @@ pub fn print(metallb_name: &str, m: &Column, f: &Column) {
          p50 / p99: {metallb_name}'s run {}, FerroLB's run {}",
         patch(m),
         patch(f)
+    );
+    let split = |c: &Column| {
+        c.scale_rss_split.map_or("-".into(), |(anon, file)| {
+            format!("{anon:.1} MiB anonymous, {file:.1} MiB mapped from files")
+        })
+    };
+    println!(
+        "of the speaker's RSS at cluster scale: {metallb_name}'s {}, FerroLB's {}",
+        split(m),
+        split(f)
     );
 }
