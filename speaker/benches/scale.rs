@@ -479,8 +479,8 @@ async fn bench(system: System, n: usize, others: usize, nodes: usize, kind: Back
     let rss = ferrolb_tests::process::status_kib(pid, "VmRSS:");
     let peak = ferrolb_tests::process::status_kib(pid, "VmHWM:");
     // What the RSS holds: the process's own memory, and the pages of its executable (and any
-    // other file) it has mapped, which the page cache shares and which move with the kernel's
-    // handling of that file, not with what the process does.
+    // other file) it has mapped, which the page cache shares: how many of those depends on the
+    // code that ran and on how the kernel maps the file's pages, not on what the speaker holds.
     let rss_anon = ferrolb_tests::process::status_kib(pid, "RssAnon:");
     let rss_file = ferrolb_tests::process::status_kib(pid, "RssFile:");
     eprintln!(
