@@ -1674,8 +1674,9 @@ fn explain_names_the_layer2_owner_and_the_router_holding_each_nodes_route() {
     let services = addresses(&lab);
     let web = address_of(&services, "web");
     // The owner is read beside each explain: a handover between a first reading and the
-    // explains (the lab's speakers settling, or another test's failover) would otherwise
-    // leave explain naming the new owner while the test waits for the old one.
+    // explains (a speaker the others met late, or one falsely suspected and back: the
+    // speakers log both as "live speakers changed") would otherwise leave explain naming the
+    // new owner while the test waits for the old one.
     let (web_owner, text) = lab
         .wait(CONVERGE, "explain naming web's owner", || {
             let owners = lab.l2_owners().ok()?;
