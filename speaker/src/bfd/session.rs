@@ -13,7 +13,11 @@
 //! - Periodic packets are spaced by the transmit interval (§6.8.7: the larger of our
 //!   DesiredMinTxInterval and the peer's RequiredMinRxInterval) reduced by a jitter of 0–25 %
 //!   (10–25 % when our Detect Mult is 1, so the gap stays within 75–90 %), drawn per packet from
-//!   a generator seeded by our discriminator, so a run is reproducible.
+//!   a generator seeded by our discriminator, so a run is reproducible. A packet received once
+//!   75 % of the interval has passed brings the next periodic packet forward to that moment,
+//!   and the one after it then waits for the peer's next packet up to the longest gap allowed
+//!   ([`Session::receive`]): every gap stays within the allowed range, and with a peer on the
+//!   same interval the shell wakes once per interval for both packets.
 //! - While the session is not Up we advertise a DesiredMinTxInterval of at least one second
 //!   (§6.8.3). Every change of the advertised intervals runs a Poll Sequence (§6.5); a slower
 //!   transmit interval, or a smaller receive interval (hence a shorter detection time), only
@@ -252,6 +256,9 @@ pub struct Session {
     rng: SplitMix64,
     /// This packet's jitter draw, 0..=u16::MAX across the allowed reduction.
     jitter: u16,
+    /// Our last periodic packet went out with a packet of the peer's ([`Session::receive`]):
+    /// the next one waits for the peer's next packet, up to the longest gap allowed.
+    led: bool,
 }
 
 impl Session {
@@ -280,6 +287,7 @@ impl Session {
             created: now,
             rng,
             jitter,
+            led: false,
         };
         session.advertised = session.wanted();
         session.in_use = session.advertised;
@@ -329,9 +337,42 @@ impl Session {
         self.sync_timers();
         if packet.poll {
             out.push(Output::Send(self.control_packet(false, true)));
+        } else {
+            self.send_early(now, &mut out);
         }
         self.last_rx = Some(now);
         out
+    }
+
+    /// Sends the next periodic packet now, with the wake-up a received packet caused, when
+    /// at least the shortest gap the jitter allows (75 % of the interval, §6.8.7) has passed
+    /// since the last one; the shell is then not woken again a few milliseconds later for it.
+    /// A packet sent so waits for the peer's next packet, up to the longest gap allowed (100 %,
+    /// or 90 % with a Detect Mult of 1), instead of a gap of its own draw: with a peer on the
+    /// same interval (its own gaps jittered within 75-100 %), each of our packets then goes out
+    /// with one of its, and the session costs one wake-up per interval instead of two. Our gaps
+    /// are then the peer's, random within the allowed range; when the peer's packet does not
+    /// come by the longest gap, our timer sends, and the gap after that is drawn again.
+    fn send_early(&mut self, now: Instant, out: &mut Vec<Output>) {
+        let Some(last) = self.last_tx else {
+            return;
+        };
+        if self.transmit_due().is_none() {
+            return;
+        }
+        if now.saturating_duration_since(last) >= self.shortest_gap(self.transmit_interval()) {
+            self.send_periodic(now, true, out);
+        }
+    }
+
+    /// The periodic packet (§6.8.7), a Poll while a Poll Sequence runs; `led`: it goes out with
+    /// a packet of the peer's ([`Session::send_early`]).
+    fn send_periodic(&mut self, now: Instant, led: bool, out: &mut Vec<Output>) {
+        let polling = self.poll_sequence == PollSequence::Polling;
+        out.push(Output::Send(self.control_packet(polling, false)));
+        self.last_tx = Some(now);
+        self.led = led;
+        self.jitter = self.rng.next_u64() as u16;
     }
 
     /// Runs the timers due at `now`: the detection time (§6.8.4) and the periodic transmission
@@ -352,10 +393,7 @@ impl Session {
         if let Some(due) = self.transmit_due()
             && now >= due
         {
-            let polling = self.poll_sequence == PollSequence::Polling;
-            out.push(Output::Send(self.control_packet(polling, false)));
-            self.last_tx = Some(now);
-            self.jitter = self.rng.next_u64() as u16;
+            self.send_periodic(now, false, &mut out);
         }
         out
     }
@@ -524,21 +562,43 @@ impl Session {
         }
         match self.last_tx {
             None => Some(self.created),
+            Some(last) if self.led => last.checked_add(self.longest_gap(self.transmit_interval())),
             Some(last) => last.checked_add(self.jittered(self.transmit_interval())),
         }
     }
 
-    /// `interval` reduced by this packet's jitter: to 75–100 %, or 75–90 % when our Detect Mult
-    /// is 1 (§6.8.7). Never below one microsecond, so time always moves.
-    fn jittered(&self, interval: Duration) -> Duration {
-        let span = if self.config.wire_detect_mult() == 1 {
+    /// The span of the allowed reduction, in ten-thousandths of the interval: 25 %, or 15 %
+    /// when our Detect Mult is 1 (§6.8.7: the gap then stays within 75–90 %).
+    fn jitter_span(&self) -> u64 {
+        if self.config.wire_detect_mult() == 1 {
             1_500
         } else {
             2_500
-        };
-        let per_10k = 7_500 + u64::from(self.jitter) * span / u64::from(u16::MAX);
+        }
+    }
+
+    /// `interval` scaled to `per_10k` ten-thousandths; never below one microsecond, so time
+    /// always moves.
+    fn scaled(interval: Duration, per_10k: u64) -> Duration {
         let micros = interval.as_micros().min(u128::from(u32::MAX)) as u64;
         Duration::from_micros((micros * per_10k / 10_000).max(1))
+    }
+
+    /// `interval` reduced by this packet's jitter: to 75–100 %, or 75–90 % when our Detect Mult
+    /// is 1 (§6.8.7).
+    fn jittered(&self, interval: Duration) -> Duration {
+        let per_10k = 7_500 + u64::from(self.jitter) * self.jitter_span() / u64::from(u16::MAX);
+        Self::scaled(interval, per_10k)
+    }
+
+    /// The shortest gap the jitter allows: 75 % of `interval`.
+    fn shortest_gap(&self, interval: Duration) -> Duration {
+        Self::scaled(interval, 7_500)
+    }
+
+    /// The longest gap the jitter allows: 100 %, or 90 % when our Detect Mult is 1.
+    fn longest_gap(&self, interval: Duration) -> Duration {
+        Self::scaled(interval, 7_500 + self.jitter_span())
     }
 
     fn detection_deadline(&self) -> Option<Instant> {

@@ -805,3 +805,80 @@ fn the_jitter_depends_only_on_the_discriminator() {
     assert_eq!(times(7), times(7));
     assert_ne!(times(7), times(8));
 }
+
+#[test]
+fn a_packet_received_after_three_quarters_of_the_interval_brings_our_next_packet_with_it() {
+    let t0 = Instant::now();
+    let mut s = up_session(SessionConfig::default(), t0);
+    let last = s.next_wakeup().unwrap();
+    assert!(!send_at(&mut s, last).poll);
+    // Before 75 % of 300 ms: the packet changes nothing of our schedule.
+    let due = s.next_wakeup().unwrap();
+    assert!(sends(&s.receive(&peer(State::Up, US), last + 224 * MS)).is_empty());
+    assert_eq!(s.next_wakeup(), Some(due));
+    // From 225 ms on: our periodic packet goes out with it. The next one waits for the
+    // peer's next packet, up to the full 300 ms.
+    let out = s.receive(&peer(State::Up, US), last + 225 * MS);
+    let early = sends(&out);
+    assert_eq!(early.len(), 1, "{out:?}");
+    assert!(!early[0].fin && !early[0].poll);
+    assert_eq!(early[0].state, State::Up);
+    let then = last + 225 * MS;
+    assert_eq!(s.next_wakeup(), Some(then + 300 * MS));
+    // The peer is silent: our timer sends at 300 ms, and the gap after that is drawn again.
+    send_at(&mut s, then + 300 * MS);
+    let gap = s.next_wakeup().unwrap() - (then + 300 * MS);
+    assert!((225 * MS..300 * MS).contains(&gap), "gap of {gap:?}");
+}
+
+#[test]
+fn with_a_detect_mult_of_one_a_packet_that_went_with_the_peers_waits_at_most_90_percent() {
+    let t0 = Instant::now();
+    let mut s = up_session(
+        SessionConfig {
+            detect_mult: 1,
+            ..SessionConfig::default()
+        },
+        t0,
+    );
+    let last = s.next_wakeup().unwrap();
+    send_at(&mut s, last);
+    assert_eq!(
+        sends(&s.receive(&peer(State::Up, US), last + 250 * MS)).len(),
+        1
+    );
+    assert_eq!(s.next_wakeup(), Some(last + 250 * MS + 270 * MS));
+}
+
+#[test]
+fn our_packets_follow_a_peer_on_the_same_interval_and_every_gap_stays_in_the_jitter_range() {
+    // A peer sending every 225-300 ms: after a few packets each of ours goes out with one of
+    // its, and no gap between two of ours is under 75 % or over 100 % of the interval.
+    let t0 = Instant::now();
+    let mut s = up_session(SessionConfig::default(), t0);
+    let mut peer_rng = SplitMix64::new(99);
+    let mut peer_at = t0;
+    let mut ours: Vec<Instant> = Vec::new();
+    let mut with_peer = 0;
+    for _ in 0..200 {
+        peer_at += Duration::from_micros(225_000 + peer_rng.next_u64() % 75_001);
+        // Our own timer first, if it comes before the peer's packet.
+        while let Some(at) = s.next_wakeup().filter(|at| *at < peer_at) {
+            if !sends(&s.poll(at)).is_empty() {
+                ours.push(at);
+            }
+        }
+        if !sends(&s.receive(&peer(State::Up, US), peer_at)).is_empty() {
+            ours.push(peer_at);
+            with_peer += 1;
+        }
+    }
+    for gap in ours.windows(2).map(|w| w[1] - w[0]) {
+        assert!((225 * MS..=300 * MS).contains(&gap), "gap of {gap:?}");
+    }
+    assert!(
+        with_peer * 10 >= ours.len() * 9,
+        "{with_peer} of {} packets went with the peer's",
+        ours.len()
+    );
+}
