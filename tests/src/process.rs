@@ -27,9 +27,33 @@ pub struct ThreadUse {
     pub name: String,
     /// Its time on a CPU.
     pub cpu: Duration,
-    /// How many times it was put on a CPU: its wake-ups, for a thread that sleeps between
-    /// inputs (the third field of `schedstat`).
+    /// How many times it was put on a CPU (the third field of `schedstat`): its wake-ups, for
+    /// a thread that sleeps between inputs, plus its returns after [`ThreadUse::preempted`].
     pub runs: u64,
+    /// How many times another task took its CPU while it could still run
+    /// (`nonvoluntary_ctxt_switches`): a thread that wakes a task on its own CPU (sends it a
+    /// packet) is often preempted by it, and runs once more to finish.
+    pub preempted: u64,
+}
+
+/// What one thread used over a window ([`threads_between`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadWindow {
+    /// The thread's name (threads of one name added up).
+    pub name: String,
+    /// Time on a CPU.
+    pub cpu: Duration,
+    /// Times put on a CPU.
+    pub runs: u64,
+    /// Of those, returns after a preemption; the rest are wake-ups.
+    pub preempted: u64,
+}
+
+impl ThreadWindow {
+    /// Times it woke from a sleep: its runs less its returns after a preemption.
+    pub fn wakeups(&self) -> u64 {
+        self.runs.saturating_sub(self.preempted)
+    }
 }
 
 /// Every thread of the process now, by thread id.
@@ -46,12 +70,19 @@ pub fn threads(pid: u32) -> std::collections::BTreeMap<u32, ThreadUse> {
             let cpu = f.next()??;
             let runs = f.nth(1)??;
             let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let preempted = status
+                .lines()
+                .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
             Some((
                 tid,
                 ThreadUse {
                     name: name.trim().to_string(),
                     cpu: Duration::from_nanos(cpu),
                     runs,
+                    preempted,
                 },
             ))
         })
@@ -59,23 +90,26 @@ pub fn threads(pid: u32) -> std::collections::BTreeMap<u32, ThreadUse> {
 }
 
 /// What each thread alive at both readings used between them, by name (threads of one name
-/// added up), busiest first: `(name, CPU time, runs)`.
+/// added up), busiest first.
 pub fn threads_between(
     before: &std::collections::BTreeMap<u32, ThreadUse>,
     after: &std::collections::BTreeMap<u32, ThreadUse>,
-) -> Vec<(String, Duration, u64)> {
-    let mut by_name: std::collections::BTreeMap<&str, (Duration, u64)> = Default::default();
+) -> Vec<ThreadWindow> {
+    let mut by_name: std::collections::BTreeMap<&str, ThreadWindow> = Default::default();
     for (tid, a) in after {
         let Some(b) = before.get(tid) else { continue };
-        let e = by_name.entry(&a.name).or_default();
-        e.0 += a.cpu.saturating_sub(b.cpu);
-        e.1 += a.runs.saturating_sub(b.runs);
+        let e = by_name.entry(&a.name).or_insert_with(|| ThreadWindow {
+            name: a.name.clone(),
+            cpu: Duration::ZERO,
+            runs: 0,
+            preempted: 0,
+        });
+        e.cpu += a.cpu.saturating_sub(b.cpu);
+        e.runs += a.runs.saturating_sub(b.runs);
+        e.preempted += a.preempted.saturating_sub(b.preempted);
     }
-    let mut out: Vec<_> = by_name
-        .into_iter()
-        .map(|(n, (cpu, runs))| (n.to_string(), cpu, runs))
-        .collect();
-    out.sort_by_key(|x| std::cmp::Reverse(x.1));
+    let mut out: Vec<_> = by_name.into_values().collect();
+    out.sort_by_key(|x| std::cmp::Reverse(x.cpu));
     out
 }
 

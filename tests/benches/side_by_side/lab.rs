@@ -469,17 +469,19 @@ fn routes(lab: &mut Lab, system: System, repeat: usize, counts: &[usize], f: &mu
     let threads_before = threads(pid);
     std::thread::sleep(idle);
     (f.speaker_idle_cpu, _) = window.percent();
-    // Where it went: each thread's share and wake-ups a second (what sleeps between inputs
-    // wakes once per run).
-    for (name, cpu, runs) in threads_between(&threads_before, &threads(pid)) {
-        if runs == 0 {
+    // Where it went: each thread's share, its wake-ups a second (what sleeps between inputs
+    // wakes once per input) and its returns after a preemption, and its time per wake-up.
+    for t in threads_between(&threads_before, &threads(pid)) {
+        if t.runs == 0 {
             continue;
         }
         eprintln!(
-            "    thread {name}: {:.3} %, {:.1} wake-ups/s, {:.0} us each",
-            cpu.as_secs_f64() / idle.as_secs_f64() * 100.0,
-            runs as f64 / idle.as_secs_f64(),
-            cpu.as_secs_f64() * 1e6 / runs as f64
+            "    thread {}: {:.3} %, {:.1} wake-ups/s and {:.1} preemptions/s, {:.0} us per wake-up",
+            t.name,
+            t.cpu.as_secs_f64() / idle.as_secs_f64() * 100.0,
+            t.wakeups() as f64 / idle.as_secs_f64(),
+            t.preempted as f64 / idle.as_secs_f64(),
+            t.cpu.as_secs_f64() * 1e6 / t.wakeups().max(1) as f64
         );
     }
     f.speaker_rss_kib = status_kib(pid, "VmRSS:");
