@@ -20,7 +20,8 @@ pub fn cpu_time_ns(pid: u32) -> Duration {
     threads(pid).values().map(|t| t.cpu).sum()
 }
 
-/// What one thread of a process has used so far (`/proc/PID/task/TID/`).
+/// What one thread of a process has used so far (`/proc/PID/task/TID/`), or over a window
+/// ([`threads_between`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadUse {
     /// The thread's name (`comm`).
@@ -36,20 +37,7 @@ pub struct ThreadUse {
     pub preempted: u64,
 }
 
-/// What one thread used over a window ([`threads_between`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThreadWindow {
-    /// The thread's name (threads of one name added up).
-    pub name: String,
-    /// Time on a CPU.
-    pub cpu: Duration,
-    /// Times put on a CPU.
-    pub runs: u64,
-    /// Of those, returns after a preemption; the rest are wake-ups.
-    pub preempted: u64,
-}
-
-impl ThreadWindow {
+impl ThreadUse {
     /// Times it woke from a sleep: its runs less its returns after a preemption.
     pub fn wakeups(&self) -> u64 {
         self.runs.saturating_sub(self.preempted)
@@ -94,11 +82,11 @@ pub fn threads(pid: u32) -> std::collections::BTreeMap<u32, ThreadUse> {
 pub fn threads_between(
     before: &std::collections::BTreeMap<u32, ThreadUse>,
     after: &std::collections::BTreeMap<u32, ThreadUse>,
-) -> Vec<ThreadWindow> {
-    let mut by_name: std::collections::BTreeMap<&str, ThreadWindow> = Default::default();
+) -> Vec<ThreadUse> {
+    let mut by_name: std::collections::BTreeMap<&str, ThreadUse> = Default::default();
     for (tid, a) in after {
         let Some(b) = before.get(tid) else { continue };
-        let e = by_name.entry(&a.name).or_insert_with(|| ThreadWindow {
+        let e = by_name.entry(&a.name).or_insert_with(|| ThreadUse {
             name: a.name.clone(),
             cpu: Duration::ZERO,
             runs: 0,

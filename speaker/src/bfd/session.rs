@@ -360,7 +360,7 @@ impl Session {
         if self.transmit_due().is_none() {
             return;
         }
-        if now.saturating_duration_since(last) >= self.shortest_gap(self.transmit_interval()) {
+        if now.saturating_duration_since(last) >= Self::shortest_gap(self.transmit_interval()) {
             self.send_periodic(now, true, out);
         }
     }
@@ -592,7 +592,7 @@ impl Session {
     }
 
     /// The shortest gap the jitter allows: 75 % of `interval`.
-    fn shortest_gap(&self, interval: Duration) -> Duration {
+    fn shortest_gap(interval: Duration) -> Duration {
         Self::scaled(interval, 7_500)
     }
 
