@@ -208,6 +208,9 @@ struct BfdProbe {
     states: BTreeMap<String, (String, Instant)>,
     /// Router address → last status line's `status`.
     statuses: BTreeMap<String, serde_json::Value>,
+    /// Router address → last state line in full (with the peer's state and our diagnostic),
+    /// for failure messages.
+    lines: BTreeMap<String, serde_json::Value>,
 }
 
 impl BfdProbe {
@@ -223,6 +226,7 @@ impl BfdProbe {
             probe: Probe::spawn(lab, &ferrolb_tests::tool("bfd-probe"), &args),
             states: BTreeMap::new(),
             statuses: BTreeMap::new(),
+            lines: BTreeMap::new(),
         }
     }
 
@@ -232,7 +236,8 @@ impl BfdProbe {
         let at = Instant::now();
         let peer = line["peer"].as_str().unwrap_or_default().to_owned();
         if let Some(state) = line["state"].as_str() {
-            self.states.insert(peer, (state.to_owned(), at));
+            self.states.insert(peer.clone(), (state.to_owned(), at));
+            self.lines.insert(peer, line);
         } else if line["status"].is_object() {
             self.statuses.insert(peer, line["status"].clone());
         }
@@ -495,6 +500,9 @@ print(sent)
         .unwrap_or_else(|| panic!("the flood did not run: {out}"))
 }
 
+/// How long the flood runs.
+const FLOOD: Duration = Duration::from_secs(5);
+
 #[test]
 fn a_flood_at_the_bfd_port_moves_no_session_and_is_counted() {
     let d = Daemon::Bird;
@@ -505,11 +513,19 @@ fn a_flood_at_the_bfd_port_moves_no_session_and_is_counted() {
     d.start(&mut lab);
     let mut probe = BfdProbe::start(&lab);
     wait_up_and_fast(d, &lab, &mut probe);
+    let received = |p: &BfdProbe| -> BTreeMap<String, u64> {
+        p.statuses
+            .iter()
+            .map(|(r, s)| (r.clone(), s["packets_received"].as_u64().unwrap_or(0)))
+            .collect()
+    };
+    assert!(probe.refresh_statuses(), "the probe gave no status");
+    let before = received(&probe);
     let sent = std::thread::scope(|s| {
-        let flood = s.spawn(|| flood_bfd(&lab, 5.0));
+        let flood = s.spawn(|| flood_bfd(&lab, FLOOD.as_secs_f64()));
         // Any state line other than Up during the flood is a session it moved.
-        let moved = probe.until(Duration::from_secs(6), |p| !p.all_in("Up"));
-        assert!(moved.is_none(), "a session left Up: {:?}", probe.states);
+        let moved = probe.until(FLOOD + Duration::from_secs(1), |p| !p.all_in("Up"));
+        assert!(moved.is_none(), "a session left Up: {:?}", probe.lines);
         flood.join().unwrap()
     });
     assert!(
@@ -518,6 +534,17 @@ fn a_flood_at_the_bfd_port_moves_no_session_and_is_counted() {
         d.sessions(&lab)
     );
     assert!(probe.refresh_statuses(), "the probe gave no status");
+    // BIRD sends every 225-300 ms (300 ms less its jitter): at least 16 packets per session
+    // in the flood's 5 s, every one of which must have reached its session, not been dropped
+    // behind the flood in a shared queue.
+    let least = (FLOOD.as_millis() / 300) as u64 - 1;
+    for (router, after) in received(&probe) {
+        let got = after - before.get(&router).copied().unwrap_or(0);
+        assert!(
+            got >= least,
+            "{router}: {got} packets of BIRD's reached the session during the flood, fewer than {least}"
+        );
+    }
     let dropped: u64 = probe
         .statuses
         .values()

@@ -14,8 +14,9 @@
 //!
 //! ```text
 //!   peer ──UDP──► local:3784 (single hop, RFC 5881) / local:4784 (multihop, RFC 5883)
-//!                 one socket per (local address, port), IP_RECVTTL / IPV6_RECVHOPLIMIT
-//!                   │ poll(2) readable ─► recvmsg: datagram, source, TTL
+//!                 one socket per (local address, port), IP_RECVTTL / IPV6_RECVHOPLIMIT,
+//!                 and per session one connected to its peer's source once it has sent
+//!                   │ poll(2) readable ─► recvmsg (up to 64 per socket): datagram, source, TTL
 //!                   ▼
 //!           bfd thread ── decode ── Demux (Your Discriminator, else (peer, local))
 //!                   │          └─ TTL check (255, or ≥ minimum_ttl for multihop)
@@ -38,6 +39,11 @@
 //! - Every datagram that reaches a receiver is either handed to exactly one session or counted
 //!   as dropped under a [`DropReason`] label: in that session's [`BfdStatus::dropped`] when the
 //!   datagram can be attributed to one, otherwise in [`BfdSessions::unmatched_drops`].
+//! - A session's peer has a queue of its own ([`socket::peer_queue`]) from its first packet
+//!   the session takes: the shared receiver's queue can be filled by a flood (the kernel then
+//!   drops what arrives), and a flood from anyone but the peer's own source address and port
+//!   never reaches the peer's queue. The thread reads at most 64 datagrams from one socket
+//!   before it looks at the others and at the timers.
 //! - Single-hop packets are accepted only with TTL / hop limit 255 (GTSM, RFC 5881 §5);
 //!   multihop packets with at least [`SessionConfig::minimum_ttl`] (RFC 5883 §5). Everything
 //!   we send carries TTL / hop limit 255, from one source port per session in 49152–65535
@@ -85,7 +91,7 @@ mod socket;
 
 use demux::allocate_discriminator;
 pub use demux::{Demux, Dispatch, DropReason, SessionKey, ttl_check};
-use socket::{canonical, receive_socket, recv_with_ttl, send_socket};
+use socket::{canonical, peer_queue, receive_socket, recv_with_ttl, send_socket};
 
 /// Destination port of single-hop Control packets (RFC 5881 §4).
 pub const SINGLE_HOP_PORT: u16 = 3784;
@@ -341,7 +347,7 @@ impl BfdSessions {
             }
             let receiver_key = (peer.local, peer.multihop, peer.device);
             if !registry.receivers.contains(&receiver_key) {
-                let socket = receive_socket(peer.local, peer.multihop, peer.device)?;
+                let socket = receive_socket(peer.local, peer.multihop, peer.device, None)?;
                 link.push(Command::Receiver(Receiver {
                     socket,
                     bound: key,
@@ -372,6 +378,7 @@ impl BfdSessions {
         let (done_tx, done_rx) = oneshot::channel();
         let (config_tx, config_rx) = watch::channel(peer.config);
         link.push(Command::Start(Box::new(Running {
+            queue: PeerQueue::default(),
             driver: Driver {
                 session: Session::new(discr, peer.config, Instant::now()),
                 peer,
@@ -571,12 +578,53 @@ struct Receiver {
 /// A session on the `bfd` thread, with what ends or changes it.
 struct Running {
     driver: Driver,
+    /// The session's own queue, once a packet of its peer has arrived.
+    queue: PeerQueue,
     stop: oneshot::Receiver<()>,
     config: watch::Receiver<SessionConfig>,
     /// Dropped once the session has ended ([`BfdHandle::shutdown`] waits for that).
     done: Option<oneshot::Sender<()>>,
     registration: Registration,
 }
+
+/// A session's own receiving socket ([`peer_queue`]), connected to the source address of the
+/// last packet its peer sent to the shared receiver: after the first packet (and after the
+/// peer restarts on another source port) the peer's packets have a queue of their own.
+#[derive(Default)]
+struct PeerQueue {
+    socket: Option<std::net::UdpSocket>,
+    /// The source the socket was opened for; kept when opening failed, so that it is tried
+    /// again only for another source.
+    source: Option<SocketAddr>,
+}
+
+impl PeerQueue {
+    /// Opens the queue for `source` unless it is open for it (or failed for it) already.
+    fn follow(&mut self, peer: &BfdPeer, source: SocketAddr) {
+        if self.source == Some(source) {
+            return;
+        }
+        self.source = Some(source);
+        self.socket = match peer_queue(peer.local, peer.multihop, peer.device, source) {
+            Ok(socket) => Some(socket),
+            Err(error) => {
+                tracing::warn!(peer = %peer.peer, local = %peer.local, %source, %error, "BFD: no queue of its own for the session; its packets share the port's");
+                None
+            }
+        };
+    }
+}
+
+/// Where a datagram is read from: a shared receiver (by index) or a session's own queue.
+#[derive(Debug, Clone, Copy)]
+enum Inbox {
+    Shared(usize),
+    Own(NonZeroU32),
+}
+
+/// Datagrams read from one socket per readiness, at most: a flood at one socket cannot keep
+/// the thread from the others or from the timers.
+const BATCH: usize = 64;
 
 /// The `bfd` thread: every receiver and session of one [`BfdSessions`].
 struct Engine {
@@ -592,13 +640,15 @@ impl Engine {
     /// handles what is ready.
     fn run(mut self) {
         let mut fds = Vec::new();
+        let mut inboxes = Vec::new();
         let mut buf = [0u8; 256];
         while !self.link.exit.load(Ordering::Acquire) {
             self.take_commands();
             let now = Instant::now();
             fds.clear();
+            inboxes.clear();
             fds.push(self.link.nudge.pollfd());
-            for r in &mut self.receivers {
+            for (i, r) in self.receivers.iter_mut().enumerate() {
                 if r.paused_until.is_some_and(|t| t <= now) {
                     r.paused_until = None;
                 }
@@ -608,6 +658,13 @@ impl Engine {
                     None => r.socket.as_raw_fd(),
                 };
                 fds.push(readable(fd));
+                inboxes.push(Inbox::Shared(i));
+            }
+            for (discr, running) in &self.sessions {
+                if let Some(socket) = &running.queue.socket {
+                    fds.push(readable(socket.as_raw_fd()));
+                    inboxes.push(Inbox::Own(*discr));
+                }
             }
             let wake = self
                 .sessions
@@ -626,9 +683,13 @@ impl Engine {
                 self.take_commands();
                 self.ends_and_changes();
             }
-            for i in 0..self.receivers.len() {
-                if fds.get(i + 1).is_some_and(|fd| fd.revents != 0) {
-                    self.receive(i, &mut buf);
+            for (fd, inbox) in fds[1..].iter().zip(&inboxes) {
+                if fd.revents != 0 {
+                    for _ in 0..BATCH {
+                        if !self.receive(*inbox, &mut buf) {
+                            break;
+                        }
+                    }
                 }
             }
             let now = Instant::now();
@@ -702,26 +763,51 @@ impl Engine {
         }
     }
 
-    /// Reads one datagram of receiver `i` and hands it to its session, or counts it.
-    fn receive(&mut self, i: usize, buf: &mut [u8; 256]) {
-        let r = &mut self.receivers[i];
+    /// Reads one datagram of `inbox` and hands it to its session, or counts it. False when
+    /// there was none to read (or reading failed).
+    fn receive(&mut self, inbox: Inbox, buf: &mut [u8; 256]) -> bool {
+        let (fd, bound) = match inbox {
+            Inbox::Shared(i) => {
+                let r = &self.receivers[i];
+                (r.socket.as_raw_fd(), r.bound)
+            }
+            Inbox::Own(discr) => {
+                let Some(running) = self.sessions.get(&discr) else {
+                    return false;
+                };
+                let Some(socket) = &running.queue.socket else {
+                    return false;
+                };
+                (socket.as_raw_fd(), running.driver.peer.key())
+            }
+        };
         let SessionKey {
             local,
             multihop,
             device,
             ..
-        } = r.bound;
-        let datagram = match recv_with_ttl(r.socket.as_raw_fd(), buf) {
+        } = bound;
+        let datagram = match recv_with_ttl(fd, buf) {
             Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) => {
                 tracing::warn!(%local, error = %e, "BFD receive failed");
-                r.paused_until = Some(Instant::now() + RECEIVE_ERROR_PAUSE);
-                return;
+                match inbox {
+                    Inbox::Shared(i) => {
+                        self.receivers[i].paused_until = Some(Instant::now() + RECEIVE_ERROR_PAUSE);
+                    }
+                    // Its peer's packets reach the shared receiver again.
+                    Inbox::Own(discr) => {
+                        if let Some(running) = self.sessions.get_mut(&discr) {
+                            running.queue.socket = None;
+                        }
+                    }
+                }
+                return false;
             }
         };
         let Some(shared) = self.shared.upgrade() else {
-            return;
+            return false;
         };
         let arrival = SessionKey {
             peer: canonical(datagram.source.ip()),
@@ -739,8 +825,13 @@ impl Engine {
                 Some(running) => {
                     drop(guard);
                     let outputs = running.driver.session.receive(&packet, Instant::now());
+                    // Only a packet the session took moves its queue to the packet's source.
+                    let taken = !outputs.iter().any(|o| matches!(o, Output::Discarded(_)));
                     running.driver.apply(outputs, 1);
-                    return;
+                    if taken && matches!(inbox, Inbox::Shared(_)) {
+                        running.queue.follow(&running.driver.peer, datagram.source);
+                    }
+                    return true;
                 }
                 None => (None, DropReason::NoSession),
             },
@@ -756,6 +847,7 @@ impl Engine {
             }
             None => *registry.unmatched.entry(reason.metric_label()).or_default() += 1,
         }
+        true
     }
 }
 

@@ -51,11 +51,14 @@ fn new_udp(local: IpAddr, device: Option<DeviceName>) -> Result<Socket, StartErr
 }
 
 /// The receiving socket: `local:3784` or `local:4784` (in `device`'s VRF when given),
-/// reporting each datagram's TTL.
+/// reporting each datagram's TTL. With `peer`, it is connected to that source address and
+/// receives only its datagrams: a session's own queue ([`peer_queue`]). The shared receiver is
+/// bound with `SO_REUSEPORT` so that those queues can join it on the same port.
 pub(super) fn receive_socket(
     local: IpAddr,
     multihop: bool,
     device: Option<DeviceName>,
+    peer: Option<SocketAddr>,
 ) -> Result<UdpSocket, StartError> {
     let socket = new_udp(local, device)?;
     if local.is_ipv4() {
@@ -65,16 +68,46 @@ pub(super) fn receive_socket(
             .set_recv_hoplimit_v6(true)
             .map_err(socket_error("IPV6_RECVHOPLIMIT"))?;
     }
+    socket
+        .set_reuse_port(true)
+        .map_err(socket_error("SO_REUSEPORT"))?;
     let port = if multihop {
         MULTIHOP_PORT
     } else {
         SINGLE_HOP_PORT
     };
     let addr = SocketAddr::new(local, port);
+    if peer.is_none() {
+        // SO_REUSEPORT would let another process's receiver (of the same user) share the port
+        // and take part of the packets: a plain bind first fails as before when the port is
+        // anyone's already.
+        new_udp(local, device)?
+            .bind(&addr.into())
+            .map_err(|source| StartError::Bind { addr, source })?;
+    }
     socket
         .bind(&addr.into())
         .map_err(|source| StartError::Bind { addr, source })?;
+    if let Some(peer) = peer {
+        socket
+            .connect(&peer.into())
+            .map_err(socket_error("connect"))?;
+    }
     Ok(socket.into())
+}
+
+/// A session's own queue: a socket on the receiver's address and port, connected to the
+/// source address (address and port) its peer sends from. The kernel hands a datagram to the
+/// connected socket whose addresses it matches before the shared receiver, so the peer's
+/// packets never wait behind, or are dropped for, a flood of others at the shared port; RFC
+/// 5881 §4 keeps a session's source port the same for all its packets.
+pub(super) fn peer_queue(
+    local: IpAddr,
+    multihop: bool,
+    device: Option<DeviceName>,
+    peer: SocketAddr,
+) -> Result<UdpSocket, StartError> {
+    receive_socket(local, multihop, device, Some(peer))
 }
 
 /// A session's send socket: `local` and a free random port in 49152–65535, TTL 255, bound to

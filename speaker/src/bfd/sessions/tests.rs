@@ -2,7 +2,9 @@
 //! discriminators) against tables, then real sessions over loopback addresses: 127.0.0.0/8
 //! delivers locally with the TTL untouched, so a packet sent with 255 arrives with 255.
 
-use super::socket::{socket_addr_from_raw, ttl_from_control};
+use super::socket::{
+    peer_queue, receive_socket, recv_with_ttl, socket_addr_from_raw, ttl_from_control,
+};
 use super::*;
 use crate::bfd::packet::{ControlPacket, PacketError, VERSION};
 use crate::bfd::session::Discard;
@@ -439,4 +441,56 @@ async fn a_second_session_with_the_same_addresses_is_refused() {
     assert_eq!(err.metric_label(), "address_family_mismatch");
     let err = shell.start(peer("fe80::1", "fe80::2")).unwrap_err();
     assert_eq!(err.metric_label(), "link_local");
+}
+
+/// What is waiting on `socket`: each datagram's payload and source.
+fn queued(socket: &std::net::UdpSocket) -> Vec<(Vec<u8>, SocketAddr)> {
+    let mut buf = [0u8; 256];
+    let mut got = Vec::new();
+    loop {
+        match recv_with_ttl(socket.as_raw_fd(), &mut buf) {
+            Ok(d) => got.push((buf[..d.len].to_vec(), d.source)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
+            Err(e) => panic!("reading the queue: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_sessions_own_queue_takes_its_peers_datagrams_and_the_shared_receiver_the_rest() {
+    let local: IpAddr = "127.0.0.11".parse().unwrap();
+    let shared = receive_socket(local, false, None, None).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.12:0").unwrap();
+    // The same address as the peer, another port: a flood from the peer's own host.
+    let other = std::net::UdpSocket::bind("127.0.0.12:0").unwrap();
+    let own = peer_queue(local, false, None, peer.local_addr().unwrap()).unwrap();
+    let to = SocketAddr::new(local, SINGLE_HOP_PORT);
+    for i in 0..3u8 {
+        other.send_to(&[b'x', i], to).unwrap();
+        peer.send_to(&[b'p', i], to).unwrap();
+    }
+    // Loopback queues a datagram before send_to returns.
+    let theirs = other.local_addr().unwrap();
+    let peers = peer.local_addr().unwrap();
+    assert_eq!(
+        queued(&own),
+        (0..3u8).map(|i| (vec![b'p', i], peers)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        queued(&shared),
+        (0..3u8)
+            .map(|i| (vec![b'x', i], theirs))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_receiver_is_refused_on_a_port_another_socket_holds() {
+    let local: IpAddr = "127.0.0.13".parse().unwrap();
+    let _first = receive_socket(local, false, None, None).unwrap();
+    let err = receive_socket(local, false, None, None).unwrap_err();
+    assert_eq!(err.metric_label(), "bind");
+    // A session's own queue joins the port.
+    let peer: SocketAddr = "127.0.0.14:50000".parse().unwrap();
+    assert!(peer_queue(local, false, None, peer).is_ok());
 }
